@@ -1,0 +1,13 @@
+#include <CLI/CLI.hpp>
+
+#include "bench/bench_commands.h"
+#include "cli/commands.h"
+
+namespace rs::cli {
+void add_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "forward-step, communication and serving benchmarks");
+  bench->require_subcommand(1);
+  bench::add_forward(*bench);
+  bench::add_allreduce(*bench);
+}
+}  // namespace rs::cli

@@ -1,0 +1,13 @@
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "common/error.h"
+
+namespace rs::cli {
+// Placeholder until its issue lands: says so instead of pretending.
+void add_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "(not built yet)");
+  cmd->allow_extras();
+  cmd->callback([] { throw Error("'serve' is not built yet"); });
+}
+}  // namespace rs::cli

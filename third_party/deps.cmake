@@ -1,0 +1,47 @@
+# Dependencies, all from Debian packages except CUDA (and NCCL, loaded at run time).
+# Pinned as Debian 12 ships them: CLI11 2.3.2, doctest 2.4.9, nlohmann-json 3.11.2,
+# PCRE2 10.42, cpp-httplib 0.11.4 (header from the source package, third_party/setup.sh).
+find_package(Threads REQUIRED)
+find_package(CUDAToolkit REQUIRED)
+find_package(nlohmann_json 3.11 REQUIRED)
+find_package(CLI11 REQUIRED)
+
+set(RS_DEPS_DIR ${CMAKE_SOURCE_DIR}/third_party/deps)
+if(NOT EXISTS ${RS_DEPS_DIR}/httplib/httplib.h)
+  message(FATAL_ERROR "third_party/deps is missing: run `bash third_party/setup.sh` first")
+endif()
+
+find_library(PCRE2_STATIC NAMES libpcre2-8.a REQUIRED)
+find_path(PCRE2_INCLUDE pcre2.h REQUIRED)
+find_path(DOCTEST_INCLUDE doctest/doctest.h REQUIRED)
+
+add_library(rs_deps INTERFACE)
+target_include_directories(rs_deps SYSTEM INTERFACE ${RS_DEPS_DIR}/httplib ${PCRE2_INCLUDE})
+target_compile_definitions(rs_deps INTERFACE PCRE2_CODE_UNIT_WIDTH=8 PCRE2_STATIC)
+target_link_libraries(rs_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11
+  ${PCRE2_STATIC} CUDA::cudart_static Threads::Threads ${CMAKE_DL_LIBS} rt)
+
+# The DeepSeek-V3 tokenizer inside the binary, for the embedded default model.
+set(RS_TOKENIZER_DIR ${RS_DEPS_DIR}/tokenizer-deepseek_v3)
+set(RS_EMBEDDED_ASM ${CMAKE_BINARY_DIR}/embedded_assets.S)
+file(WRITE ${RS_EMBEDDED_ASM}.in
+".section .rodata
+.global rs_tokenizer_json_begin
+.global rs_tokenizer_json_end
+.global rs_tokenizer_config_json_begin
+.global rs_tokenizer_config_json_end
+.balign 16
+rs_tokenizer_json_begin:
+.incbin \"${RS_TOKENIZER_DIR}/tokenizer.json\"
+rs_tokenizer_json_end:
+.byte 0
+.balign 16
+rs_tokenizer_config_json_begin:
+.incbin \"${RS_TOKENIZER_DIR}/tokenizer_config.json\"
+rs_tokenizer_config_json_end:
+.byte 0
+.section .note.GNU-stack,\"\",@progbits
+")
+configure_file(${RS_EMBEDDED_ASM}.in ${RS_EMBEDDED_ASM} COPYONLY)
+set_source_files_properties(${RS_EMBEDDED_ASM} PROPERTIES
+  OBJECT_DEPENDS "${RS_TOKENIZER_DIR}/tokenizer.json;${RS_TOKENIZER_DIR}/tokenizer_config.json")
