@@ -3,17 +3,28 @@
 # PCRE2 10.42, cpp-httplib 0.11.4 (header from the source package, third_party/setup.sh).
 find_package(Threads REQUIRED)
 find_package(CUDAToolkit REQUIRED)
-find_package(nlohmann_json 3.11 REQUIRED)
-find_package(CLI11 REQUIRED)
+# RS_VENDORED_DEPS: a folder with include/ and lib/libpcre2-8.a copied from a Debian machine, for
+# building on a host without these packages (the GPU machine).
+set(RS_VENDORED_DEPS "" CACHE PATH "folder with include/ and lib/ of the header deps")
+if(RS_VENDORED_DEPS)
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  add_library(CLI11::CLI11 INTERFACE IMPORTED)
+  set(PCRE2_STATIC ${RS_VENDORED_DEPS}/lib/libpcre2-8.a)
+  set(PCRE2_INCLUDE ${RS_VENDORED_DEPS}/include)
+  set(DOCTEST_INCLUDE ${RS_VENDORED_DEPS}/include)
+  include_directories(SYSTEM ${RS_VENDORED_DEPS}/include)
+else()
+  find_package(nlohmann_json 3.11 REQUIRED)
+  find_package(CLI11 REQUIRED)
+  find_library(PCRE2_STATIC NAMES libpcre2-8.a REQUIRED)
+  find_path(PCRE2_INCLUDE pcre2.h REQUIRED)
+  find_path(DOCTEST_INCLUDE doctest/doctest.h REQUIRED)
+endif()
 
 set(RS_DEPS_DIR ${CMAKE_SOURCE_DIR}/third_party/deps)
 if(NOT EXISTS ${RS_DEPS_DIR}/httplib/httplib.h)
   message(FATAL_ERROR "third_party/deps is missing: run `bash third_party/setup.sh` first")
 endif()
-
-find_library(PCRE2_STATIC NAMES libpcre2-8.a REQUIRED)
-find_path(PCRE2_INCLUDE pcre2.h REQUIRED)
-find_path(DOCTEST_INCLUDE doctest/doctest.h REQUIRED)
 
 add_library(rs_deps INTERFACE)
 target_include_directories(rs_deps SYSTEM INTERFACE ${RS_DEPS_DIR}/httplib ${PCRE2_INCLUDE})
