@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -87,7 +88,11 @@ struct EngineStats {
   uint64_t requests_finished = 0;
 };
 
-class QueueFullError;  // thrown by submit when max_queued_requests are waiting
+// Thrown by submit when max_queued_requests are waiting (HTTP 429).
+class QueueFullError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class Engine {
  public:
