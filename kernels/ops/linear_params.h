@@ -1,0 +1,31 @@
+#pragma once
+// Shared by host and device: how a weight matrix and an MoE expert set look on the GPU.
+// Contract between the CUDA executor (src/backend/cuda/) and the matmul kernels
+// (kernels/ops/gemv*, expert_gemm*, src/backend/cuda/linear.*).
+#include <cstdint>
+
+namespace rs::cuda {
+
+enum class WeightType : uint8_t { BF16, FP8_E4M3_BLOCK };
+
+// A Linear weight as HF stores it: row-major [rows = out_features, cols = in_features].
+struct DeviceMatrix {
+  WeightType type = WeightType::BF16;
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;        // bf16 or e4m3 elements
+  const float* scale_inv = nullptr;  // FP8: fp32 [ceil(rows/128), ceil(cols/128)], row-major
+  int block_rows = 128, block_cols = 128;
+};
+
+// The routed experts of one MoE layer. Arrays are device arrays indexed by expert id.
+// out[t] = sum_j topk_weight[t,j] * down_e(silu(gate_e(x[t])) * up_e(x[t])),  e = topk_ids[t,j]
+struct MoeExperts {
+  int num_experts = 0;
+  int hidden = 0;        // x and out width
+  int inter = 0;         // moe_intermediate_size
+  const DeviceMatrix* gate = nullptr;  // [num_experts] each [inter, hidden]
+  const DeviceMatrix* up = nullptr;    // [num_experts] each [inter, hidden]
+  const DeviceMatrix* down = nullptr;  // [num_experts] each [hidden, inter]
+};
+
+}  // namespace rs::cuda

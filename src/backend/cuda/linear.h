@@ -1,0 +1,38 @@
+#pragma once
+// Host entry points of the matmul kernels. All are CUDA-graph capturable: no allocation, no
+// host synchronisation; workspaces are sized once by the caller for the largest batch.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/ops/linear_params.h"
+
+namespace rs::cuda {
+
+struct LinearWorkspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+// Workspace bytes for linear() up to m_max rows and the largest matrix of shape rows x cols.
+size_t linear_workspace_bytes(int m_max, int64_t max_rows, int64_t max_cols);
+
+// y[m, w.rows] = x[m, w.cols] @ w^T: bf16 activations, fp32 accumulation, bf16 output.
+// Picks a bandwidth-bound GEMV path for small m and a tensor-core path for large m.
+void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16* y,
+            const LinearWorkspace& ws, cudaStream_t stream);
+
+struct MoeWorkspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+size_t moe_workspace_bytes(int m_max, int top_k, const MoeExperts& experts);
+
+// out[m, hidden] (bf16) = routed-expert mixture for each token (see MoeExperts). topk_ids int32
+// and topk_weights fp32 are device arrays [m, top_k] (weights already normalised and scaled).
+// Each selected expert's weights are read once per call, whatever m is.
+void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
+                 const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
+                 const MoeWorkspace& ws, cudaStream_t stream);
+
+}  // namespace rs::cuda
