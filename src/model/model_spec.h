@@ -18,6 +18,7 @@ struct YarnSpec {
   double original_max_position_embeddings = 4096;
   double beta_fast = 32, beta_slow = 1;
   double mscale = 1.0, mscale_all_dim = 0.0;
+  bool truncate = true;  // HF: floor/ceil the correction range (rope_parameters "truncate")
 };
 
 struct QuantSpec {
@@ -48,6 +49,9 @@ struct ModelSpec {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   YarnSpec yarn;
+  // Rotary pairs are (2i, 2i+1) as DeepSeek trains them; false (HF V3 "rope_interleave": false)
+  // rotates (i, i + d/2) instead.
+  bool rope_interleave = true;
   bool tie_word_embeddings = false;
   int max_position_embeddings = 4096;
   int num_nextn_predict_layers = 0;  // MTP layers, stored at index num_hidden_layers
