@@ -1,0 +1,464 @@
+// The engine loop: one thread that drains the submission queue, honours cancellations, asks the
+// scheduler for a step, runs it on the backend and turns the results into channel events.
+// Nothing throws across a step: a request that cannot continue ends with an error event.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "backend/backend.h"
+#include "common/error.h"
+#include "engine/engine.h"
+#include "engine/kv_blocks.h"
+#include "engine/prompt_logprobs.h"
+#include "engine/request.h"
+#include "engine/request_channel.h"
+#include "engine/request_validation.h"
+#include "engine/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace rs {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Choice i > 0 of a seeded request gets its own stream; choice 0 keeps the request's seed, so
+// n = 1 and choice 0 of n > 1 agree.
+uint64_t choice_seed(uint64_t seed, int choice) {
+  if (choice == 0) return seed;
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(choice);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(std::unique_ptr<Backend> backend, const Tokenizer* tok, const EngineConfig& cfg);
+  ~EngineImpl() override;
+
+  std::shared_ptr<RequestHandle> submit(GenerationRequest req) override;
+  EngineStats stats() const override;
+  int max_model_len() const override { return max_model_len_; }
+  void shutdown(std::chrono::milliseconds timeout) override;
+  void set_observer(Observer* obs) override { observer_.store(obs, std::memory_order_release); }
+
+ private:
+  void run();
+  void admit(std::unique_ptr<Request> r);
+  void handle_cancellations(bool cancel_all);
+  void step();
+  void on_sampled(Sequence* seq, const SampledToken& tok, Clock::time_point now);
+  void record_prompt_logprobs(Request* r, int start_pos, int num_tokens, const std::vector<float>& logits);
+  void finish_seq(Sequence* seq, SeqState state, FinishReason reason, RequestEvent ev);
+  void fail_request(Request* r, const std::string& message);
+  void retire_finished();
+  void publish_stats();
+  RequestEvent event_for(Sequence* seq);
+
+  std::unique_ptr<Backend> backend_;
+  const Tokenizer* tok_;
+  EngineConfig cfg_;
+  int vocab_ = 0;
+  int max_model_len_ = 0;
+  int num_blocks_ = 0;
+  std::vector<int32_t> eos_ids_;
+
+  std::unique_ptr<KvBlockPool> pool_;
+  std::unique_ptr<Scheduler> sched_;
+  std::map<uint64_t, std::unique_ptr<Request>> live_;  // engine thread only
+  uint64_t next_seq_id_ = 1;
+
+  std::shared_ptr<EngineInbox> inbox_;
+  std::deque<std::unique_ptr<Request>> submitted_;  // guarded by inbox_->mu
+  bool stop_ = false, cancel_all_ = false;           // guarded by inbox_->mu
+  std::atomic<bool> accepting_{true};
+  std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<Observer*> observer_{nullptr};
+  std::thread thread_;
+  std::mutex shutdown_mu_;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  uint64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
+};
+
+EngineImpl::EngineImpl(std::unique_ptr<Backend> backend, const Tokenizer* tok, const EngineConfig& cfg)
+    : backend_(std::move(backend)), tok_(tok), cfg_(cfg), inbox_(std::make_shared<EngineInbox>()) {
+  if (!backend_) throw Error("engine: no backend");
+  const ModelSpec& spec = backend_->spec();
+  vocab_ = spec.vocab_size;
+  if (cfg_.block_size <= 0) throw Error("block_size must be positive (got " + std::to_string(cfg_.block_size) + ")");
+  num_blocks_ = cfg_.num_kv_blocks > 0 ? cfg_.num_kv_blocks : backend_->max_kv_blocks(cfg_.block_size, cfg_.kv_budget_bytes);
+  if (num_blocks_ <= 0)
+    throw Error("KV cache: the backend has room for no blocks of " + std::to_string(cfg_.block_size) + " tokens");
+  const int64_t kv_tokens = static_cast<int64_t>(num_blocks_) * cfg_.block_size;
+  if (cfg_.max_model_len > 0) {
+    max_model_len_ = cfg_.max_model_len;
+    if (max_model_len_ > spec.max_position_embeddings)
+      throw Error("--max-model-len " + std::to_string(max_model_len_) + " exceeds the model's max_position_embeddings " +
+                  std::to_string(spec.max_position_embeddings));
+    if (max_model_len_ > kv_tokens)
+      throw Error("--max-model-len " + std::to_string(max_model_len_) + " is more than the KV cache holds (" +
+                  std::to_string(num_blocks_) + " blocks of " + std::to_string(cfg_.block_size) + " = " +
+                  std::to_string(kv_tokens) + " tokens); lower it or give the KV cache more memory");
+  } else {
+    // A sequence must fit in the cache on its own, or preemption could never make room for it.
+    max_model_len_ = static_cast<int>(std::min<int64_t>(spec.max_position_embeddings, kv_tokens));
+    if (max_model_len_ < spec.max_position_embeddings)
+      std::fprintf(stderr, "rackserve: max model length %d (the KV cache holds %lld tokens; the model allows %d)\n",
+                   max_model_len_, static_cast<long long>(kv_tokens), spec.max_position_embeddings);
+  }
+  backend_->init_kv(KvConfig{cfg_.block_size, num_blocks_});
+  eos_ids_ = tok_ ? tok_->eos_ids() : std::vector<int32_t>{};
+  if (eos_ids_.empty())
+    for (int e : spec.eos_token_ids) eos_ids_.push_back(e);
+
+  pool_ = std::make_unique<KvBlockPool>(num_blocks_, cfg_.block_size, cfg_.enable_prefix_caching);
+  sched_ = std::make_unique<Scheduler>(SchedulerConfig{cfg_.max_num_seqs, cfg_.max_num_batched_tokens}, *pool_);
+  stats_.kv_blocks_total = num_blocks_;
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineImpl::~EngineImpl() { shutdown(std::chrono::milliseconds(0)); }
+
+std::shared_ptr<RequestHandle> EngineImpl::submit(GenerationRequest req) {
+  if (!accepting_.load()) throw Error("the engine is shutting down and accepts no new requests");
+  RequestLimits lim;
+  lim.vocab_size = vocab_;
+  lim.max_model_len = max_model_len_;
+  lim.max_num_seqs = cfg_.max_num_seqs;
+  lim.block_size = cfg_.block_size;
+  lim.num_kv_blocks = num_blocks_;
+  lim.has_tokenizer = tok_ != nullptr;
+  validate_request(req, lim);
+
+  auto r = std::make_unique<Request>();
+  r->id = next_request_id_.fetch_add(1);
+  r->arrival = Clock::now();
+  r->req = std::move(req);
+  r->channel = std::make_shared<RequestChannel>(r->id, r->req.n, inbox_);
+  std::shared_ptr<RequestHandle> handle = r->channel;
+  {
+    std::lock_guard<std::mutex> lk(inbox_->mu);
+    int waiting;
+    {
+      std::lock_guard<std::mutex> sl(stats_mu_);
+      waiting = stats_.waiting;
+    }
+    if (waiting + static_cast<int>(submitted_.size()) >= cfg_.max_queued_requests)
+      throw QueueFullError("the waiting queue is full (" + std::to_string(cfg_.max_queued_requests) +
+                           " requests); retry later");
+    submitted_.push_back(std::move(r));
+  }
+  inbox_->cv.notify_all();
+  return handle;
+}
+
+EngineStats EngineImpl::stats() const {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  return stats_;
+}
+
+void EngineImpl::shutdown(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> once(shutdown_mu_);
+  accepting_.store(false);
+  if (!thread_.joinable()) return;
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lk(inbox_->mu);
+      std::lock_guard<std::mutex> sl(stats_mu_);
+      if (submitted_.empty() && stats_.running == 0 && stats_.waiting == 0) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  {
+    std::lock_guard<std::mutex> lk(inbox_->mu);
+    cancel_all_ = true;
+    stop_ = true;
+  }
+  inbox_->cv.notify_all();
+  thread_.join();
+}
+
+void EngineImpl::run() {
+  for (;;) {
+    std::deque<std::unique_ptr<Request>> incoming;
+    bool cancel_all = false, stop = false;
+    {
+      std::unique_lock<std::mutex> lk(inbox_->mu);
+      inbox_->cv.wait(lk, [&] {
+        return stop_ || cancel_all_ || !submitted_.empty() || inbox_->cancel_pending || sched_->has_work();
+      });
+      incoming.swap(submitted_);
+      inbox_->cancel_pending = false;
+      cancel_all = cancel_all_;
+      stop = stop_;
+    }
+    try {
+      for (auto& r : incoming) admit(std::move(r));
+      handle_cancellations(cancel_all);
+      if (sched_->has_work()) step();
+      retire_finished();
+    } catch (const std::exception& e) {
+      // A bug in the engine itself: fail everything in flight rather than die or hang.
+      std::fprintf(stderr, "rackserve engine: internal error: %s\n", e.what());
+      for (auto& [id, r] : live_) fail_request(r.get(), std::string("internal engine error: ") + e.what());
+      retire_finished();
+    }
+    publish_stats();
+    if (stop && live_.empty()) return;
+  }
+}
+
+void EngineImpl::admit(std::unique_ptr<Request> r) {
+  const GenerationRequest& g = r->req;
+  const int P = r->prompt_len();
+  const bool share_prompt = g.n > 1 && P >= 2;
+  for (int c = 0; c < g.n; ++c) {
+    auto s = std::make_unique<Sequence>();
+    s->seq_id = next_seq_id_++;
+    s->choice = c;
+    s->request = r.get();
+    s->tokens = g.prompt;
+    s->sampling = g.sampling;
+    s->sampling.seed = choice_seed(g.sampling.seed, c);
+    if (tok_) s->decoder.emplace(*tok_, g.skip_special_tokens);
+    s->stop = StopChecker(g.stop, g.include_stop_str_in_output);
+    s->awaiting_fork = share_prompt && c == 0;
+    r->seqs.push_back(std::move(s));
+  }
+  if (g.prompt_logprobs) {
+    r->prompt_logprobs.assign(P, std::nullopt);
+    r->prompt_logprobs_done = P <= 1;
+  }
+  for (auto& s : r->seqs)
+    if (!share_prompt || s->choice == 0) sched_->add(s.get());
+  prompt_tokens_total_ += P;
+  live_.emplace(r->id, std::move(r));
+}
+
+void EngineImpl::handle_cancellations(bool cancel_all) {
+  for (auto& [id, r] : live_) {
+    if (!cancel_all && !r->channel->cancel_requested()) continue;
+    for (auto& s : r->seqs) {
+      if (is_terminal(s->state)) continue;
+      RequestEvent ev = event_for(s.get());
+      finish_seq(s.get(), SeqState::Cancelled, FinishReason::Cancelled, std::move(ev));
+    }
+  }
+}
+
+RequestEvent EngineImpl::event_for(Sequence* seq) {
+  Request* r = seq->request;
+  RequestEvent ev;
+  ev.choice = seq->choice;
+  ev.prompt_tokens = r->prompt_len();
+  ev.completion_tokens = r->completion_tokens;
+  ev.cached_prompt_tokens = r->cached_prompt_tokens;
+  if (r->req.prompt_logprobs && !r->prompt_logprobs_sent && r->prompt_logprobs_done) {
+    ev.prompt_logprobs = r->prompt_logprobs;
+    r->prompt_logprobs_sent = true;
+  }
+  return ev;
+}
+
+void EngineImpl::finish_seq(Sequence* seq, SeqState state, FinishReason reason, RequestEvent ev) {
+  sched_->remove(seq);
+  seq->state = state;
+  seq->finish = reason;
+  ev.finish = reason;
+  seq->request->channel->push(std::move(ev));
+}
+
+void EngineImpl::fail_request(Request* r, const std::string& message) {
+  for (auto& s : r->seqs) {
+    if (is_terminal(s->state)) continue;
+    RequestEvent ev = event_for(s.get());
+    ev.error = message;
+    finish_seq(s.get(), SeqState::Failed, FinishReason::Error, std::move(ev));
+  }
+}
+
+void EngineImpl::step() {
+  StepPlan plan = sched_->schedule();
+  if (plan.empty()) {
+    // Nothing runs although work is queued: the queue head can never fit (submit checks this,
+    // so this is a safety net against a livelock, not an expected path).
+    if (!sched_->waiting().empty() && sched_->running().empty())
+      fail_request(sched_->waiting().front()->request, "request does not fit in the KV cache");
+    return;
+  }
+  Batch batch;
+  batch.block_copies = plan.block_copies;
+  batch.seqs.reserve(plan.seqs.size());
+  std::vector<bool> want_logits(plan.seqs.size(), false);
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& sc = plan.seqs[i];
+    Sequence* s = sc.seq;
+    Request* r = s->request;
+    SeqStep st;
+    st.seq_id = s->seq_id;
+    st.tokens = std::span<const int32_t>(s->tokens.data() + s->num_computed, sc.num_tokens);
+    st.start_pos = s->num_computed;
+    st.block_table = s->block_table;
+    st.sample = sc.sample;
+    // Position p's logits score prompt token p + 1: only the prefill up to P - 1 matters.
+    want_logits[i] = r->req.prompt_logprobs && !r->prompt_logprobs_done && s->num_computed < r->prompt_len() - 1;
+    st.return_logits = want_logits[i];
+    st.sampling.params = &s->sampling;
+    st.sampling.prompt_tokens = r->req.prompt;
+    st.sampling.output_tokens = s->output_tokens;
+    st.sampling.draw_index = s->output_tokens.size();
+    batch.seqs.push_back(st);
+  }
+
+  std::vector<SeqResult> results;
+  try {
+    results = backend_->execute(batch);
+    if (results.size() != batch.seqs.size())
+      throw Error("backend returned " + std::to_string(results.size()) + " results for " +
+                  std::to_string(batch.seqs.size()) + " sequences");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rackserve engine: backend step failed: %s\n", e.what());
+    for (const auto& sc : plan.seqs) fail_request(sc.seq->request, std::string("backend error: ") + e.what());
+    return;
+  }
+
+  const auto now = Clock::now();
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& sc = plan.seqs[i];
+    Sequence* s = sc.seq;
+    if (is_terminal(s->state)) continue;  // failed earlier in this loop
+    if (want_logits[i]) {
+      const size_t expect = static_cast<size_t>(sc.num_tokens) * vocab_;
+      if (results[i].logits.size() != expect) {
+        fail_request(s->request, "backend returned " + std::to_string(results[i].logits.size()) +
+                                     " logits, expected " + std::to_string(expect));
+        continue;
+      }
+      record_prompt_logprobs(s->request, s->num_computed, sc.num_tokens, results[i].logits);
+    }
+    sched_->commit(s, sc.num_tokens);
+    if (!sc.sample) continue;
+    if (!results[i].token || results[i].token->id < 0 || results[i].token->id >= vocab_) {
+      fail_request(s->request, "backend returned no valid token for sequence " + std::to_string(s->seq_id));
+      continue;
+    }
+    on_sampled(s, *results[i].token, now);
+  }
+}
+
+void EngineImpl::record_prompt_logprobs(Request* r, int start_pos, int num_tokens, const std::vector<float>& logits) {
+  const int P = r->prompt_len();
+  const int top = std::max(0, r->req.sampling.logprobs);
+  for (int i = 0; i < num_tokens; ++i) {
+    const int target = start_pos + i + 1;
+    if (target >= P) break;
+    std::span<const float> row(logits.data() + static_cast<size_t>(i) * vocab_, vocab_);
+    r->prompt_logprobs[target] = logprob_of(row, r->req.prompt[target], top);
+    if (target == P - 1) r->prompt_logprobs_done = true;
+  }
+}
+
+void EngineImpl::on_sampled(Sequence* s, const SampledToken& tok, Clock::time_point now) {
+  Request* r = s->request;
+  const GenerationRequest& g = r->req;
+  const int32_t id = tok.id;
+  s->tokens.push_back(id);
+  s->output_tokens.push_back(id);
+  s->state = SeqState::Decoding;
+  ++r->completion_tokens;
+  ++generation_tokens_total_;
+
+  Observer* obs = observer_.load(std::memory_order_acquire);
+  if (!r->first_token_seen) {
+    r->first_token_seen = true;
+    if (obs) obs->on_first_token(seconds_between(r->arrival, now));
+  } else if (s->has_token && obs) {
+    obs->on_token_gap(seconds_between(s->last_token_time, now));
+  }
+  s->has_token = true;
+  s->last_token_time = now;
+
+  RequestEvent ev = event_for(s);
+  ev.token_ids.push_back(id);
+  if (g.sampling.logprobs >= 0) ev.logprobs.push_back(TokenLogprob{id, tok.logprob, tok.top});
+
+  const bool is_eos = !g.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+  const bool is_stop_token = std::find(g.stop_token_ids.begin(), g.stop_token_ids.end(), id) != g.stop_token_ids.end();
+  FinishReason finish = FinishReason::None;
+  if (is_eos || is_stop_token) {
+    // The stop token itself is not part of the text (vLLM), only of the token ids.
+    finish = FinishReason::Stop;
+  } else if (s->decoder) {
+    ev.text = s->stop.push(s->decoder->push(id));
+    if (s->stop.matched()) finish = FinishReason::Stop;
+  }
+  if (finish == FinishReason::None &&
+      (static_cast<int>(s->output_tokens.size()) >= g.max_tokens || static_cast<int>(s->tokens.size()) >= max_model_len_))
+    finish = FinishReason::Length;
+  if (finish != FinishReason::None && !s->stop.matched() && s->decoder) {
+    ev.text += s->stop.push(s->decoder->flush());
+    if (!s->stop.matched()) ev.text += s->stop.flush();
+  }
+  if (finish == FinishReason::None) {
+    r->channel->push(std::move(ev));
+    return;
+  }
+  finish_seq(s, SeqState::Finished, finish, std::move(ev));
+}
+
+void EngineImpl::retire_finished() {
+  const auto now = Clock::now();
+  Observer* obs = observer_.load(std::memory_order_acquire);
+  for (auto it = live_.begin(); it != live_.end();) {
+    Request* r = it->second.get();
+    if (!r->all_terminal()) {
+      ++it;
+      continue;
+    }
+    if (obs) obs->on_finished(seconds_between(r->arrival, now), r->prompt_len(), r->completion_tokens);
+    ++finished_total_;
+    it = live_.erase(it);
+  }
+}
+
+void EngineImpl::publish_stats() {
+  int running = 0, waiting = 0;
+  for (const auto& [id, r] : live_) {
+    bool any_running = false;
+    for (const auto& s : r->seqs)
+      if (s->state == SeqState::Prefilling || s->state == SeqState::Decoding) any_running = true;
+    (any_running ? running : waiting)++;
+  }
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  stats_.running = running;
+  stats_.waiting = waiting;
+  stats_.kv_blocks_total = num_blocks_;
+  stats_.kv_blocks_used = pool_->num_referenced();
+  stats_.prefix_queries_tokens = pool_->query_tokens();
+  stats_.prefix_hits_tokens = pool_->hit_tokens();
+  stats_.prompt_tokens = prompt_tokens_total_;
+  stats_.generation_tokens = generation_tokens_total_;
+  stats_.preemptions = sched_->preemptions();
+  stats_.requests_finished = finished_total_;
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::create(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer,
+                                       const EngineConfig& cfg) {
+  return std::make_unique<EngineImpl>(std::move(backend), tokenizer, cfg);
+}
+
+}  // namespace rs

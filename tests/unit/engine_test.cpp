@@ -1,0 +1,385 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "engine/prompt_logprobs.h"
+#include "unit/engine_fake_backend.h"
+#include "unit/engine_test_util.h"
+
+using namespace rs;
+using namespace rs::testing;
+
+namespace {
+
+std::vector<int32_t> make_prompt(int len, int salt, int vocab = 101) {
+  std::vector<int32_t> p(len);
+  for (int i = 0; i < len; ++i) p[i] = (i * 7 + salt * 13 + 3) % (vocab - 1);  // never the eos id
+  return p;
+}
+
+GenerationRequest greedy_request(std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+struct Fixture {
+  FakeBackend* fake;
+  std::unique_ptr<Engine> engine;
+  explicit Fixture(EngineConfig cfg = {}, int kv_blocks = 64) {
+    auto b = std::make_unique<FakeBackend>(101, kv_blocks);
+    fake = b.get();
+    if (cfg.block_size == 16) cfg.block_size = 4;
+    engine = Engine::create(std::move(b), nullptr, cfg);
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("unit.engine") {
+
+TEST_CASE("a single greedy request matches the cache-free reference") {
+  Fixture f;
+  auto req = greedy_request(make_prompt(11, 1), 9);
+  auto expect = fake_reference(req.prompt, req.sampling, 9, 101);
+  auto h = f.engine->submit(req);
+  auto c = collect(*h);
+  REQUIRE_FALSE(c.timed_out);
+  CHECK(c.choices[0].tokens == expect);
+  CHECK(c.choices[0].finish == FinishReason::Length);
+  CHECK(c.completion_tokens == 9);
+  CHECK(f.fake->violations().empty());
+  CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used == 0; }));
+}
+
+TEST_CASE("concurrent requests are batched and give the same outputs as one at a time") {
+  EngineConfig cfg;
+  cfg.max_num_batched_tokens = 32;  // forces chunked prefill of the longer prompts
+  Fixture f(cfg);
+  f.fake->close_gate();  // let all of them queue up before the first step
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  std::vector<std::vector<int32_t>> expect;
+  for (int i = 0; i < 8; ++i) {
+    auto req = greedy_request(make_prompt(5 + 9 * i, i), 6 + i);
+    expect.push_back(fake_reference(req.prompt, req.sampling, req.max_tokens, 101));
+    hs.push_back(f.engine->submit(req));
+  }
+  f.fake->open_gate();
+  for (int i = 0; i < 8; ++i) {
+    auto c = collect(*hs[i]);
+    REQUIRE_FALSE(c.timed_out);
+    CHECK(c.choices[0].tokens == expect[i]);
+  }
+  CHECK(f.fake->max_batch() > 1);
+  CHECK(f.fake->max_step_tokens() <= 32);
+  CHECK(f.fake->violations().empty());
+}
+
+TEST_CASE("a shared prefix hits the prefix cache and gives the identical output") {
+  Fixture f;
+  auto prefix = make_prompt(20, 3);
+  auto a = prefix;
+  a.push_back(5);
+  auto b = prefix;
+  b.push_back(6);
+  b.push_back(7);
+  auto ca = collect(*f.engine->submit(greedy_request(a, 5)));
+  CHECK(ca.cached_prompt_tokens == 0);
+  auto before = f.engine->stats();
+  auto cb = collect(*f.engine->submit(greedy_request(b, 5)));
+  auto after = f.engine->stats();
+  CHECK(cb.choices[0].tokens == fake_reference(b, greedy_request(b, 5).sampling, 5, 101));
+  CHECK(cb.cached_prompt_tokens == 20);  // 5 full blocks of 4
+  CHECK(after.prefix_hits_tokens - before.prefix_hits_tokens == 20);
+  CHECK(after.prefix_queries_tokens - before.prefix_queries_tokens == b.size());
+  CHECK(f.fake->violations().empty());
+}
+
+TEST_CASE("prefix caching off: no hits, same output") {
+  EngineConfig cfg;
+  cfg.enable_prefix_caching = false;
+  Fixture f(cfg);
+  auto p = make_prompt(20, 4);
+  collect(*f.engine->submit(greedy_request(p, 3)));
+  auto c = collect(*f.engine->submit(greedy_request(p, 3)));
+  CHECK(c.cached_prompt_tokens == 0);
+  CHECK(f.engine->stats().prefix_hits_tokens == 0);
+  CHECK(c.choices[0].tokens == fake_reference(p, greedy_request(p, 3).sampling, 3, 101));
+}
+
+TEST_CASE("preemption by recompute under a tiny KV pool keeps outputs identical") {
+  EngineConfig cfg;
+  cfg.num_kv_blocks = 12;  // 48 token slots for 6 requests that need up to 9 blocks each
+  Fixture f(cfg);
+  f.fake->close_gate();
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  std::vector<std::vector<int32_t>> expect;
+  for (int i = 0; i < 6; ++i) {
+    auto req = greedy_request(make_prompt(6 + 2 * i, 10 + i), 24);
+    expect.push_back(fake_reference(req.prompt, req.sampling, 24, 101));
+    hs.push_back(f.engine->submit(req));
+  }
+  f.fake->open_gate();
+  for (int i = 0; i < 6; ++i) {
+    auto c = collect(*hs[i]);
+    REQUIRE_FALSE(c.timed_out);
+    CHECK(c.choices[0].tokens == expect[i]);
+  }
+  CHECK(f.engine->stats().preemptions > 0);
+  CHECK(f.fake->violations().empty());
+  CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used == 0; }));
+}
+
+TEST_CASE("cancel frees every block by the next step and ends the request as cancelled") {
+  Fixture f({}, 1024);
+  auto h = f.engine->submit(greedy_request(make_prompt(30, 5), 2000));
+  auto first = h->next(std::chrono::seconds(10));
+  REQUIRE(first);
+  f.fake->close_gate();  // hold the engine inside a step while the client goes away
+  CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used > 0; }));
+  h->cancel();
+  h->cancel();  // idempotent
+  f.fake->open_gate();
+  auto c = collect(*h);
+  CHECK(c.choices[0].finish == FinishReason::Cancelled);
+  CHECK(wait_until([&] {
+    auto s = f.engine->stats();
+    return s.kv_blocks_used == 0 && s.running == 0 && s.waiting == 0;
+  }));
+  // The engine keeps serving.
+  auto p = make_prompt(7, 6);
+  auto c2 = collect(*f.engine->submit(greedy_request(p, 4)));
+  CHECK(c2.choices[0].tokens == fake_reference(p, greedy_request(p, 4).sampling, 4, 101));
+}
+
+TEST_CASE("cancel of a queued request removes it from the queue") {
+  EngineConfig cfg;
+  cfg.max_num_seqs = 1;
+  Fixture f(cfg);
+  auto a = f.engine->submit(greedy_request(make_prompt(5, 1), 50));
+  REQUIRE(a->next(std::chrono::seconds(10)));
+  f.fake->close_gate();
+  auto b = f.engine->submit(greedy_request(make_prompt(5, 2), 50));
+  b->cancel();
+  a->cancel();
+  f.fake->open_gate();
+  CHECK(collect(*b).choices[0].finish == FinishReason::Cancelled);
+  CHECK(collect(*a).choices[0].finish == FinishReason::Cancelled);
+  CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used == 0 && f.engine->stats().waiting == 0; }));
+}
+
+TEST_CASE("n = 2 shares the prompt, copies the partial block on write, and is reproducible with a seed") {
+  Fixture f;
+  GenerationRequest req;
+  req.prompt = make_prompt(10, 8);  // 9 shared tokens: 2 full blocks + 1 token in a shared partial block
+  req.sampling.temperature = 0.8f;
+  req.sampling.seed = 1234;
+  req.max_tokens = 12;
+  req.ignore_eos = true;
+  req.n = 2;
+  auto c1 = collect(*f.engine->submit(req));
+  auto c2 = collect(*f.engine->submit(req));
+  REQUIRE(c1.choices.size() == 2);
+  CHECK(c1.choices[0].tokens == c2.choices[0].tokens);
+  CHECK(c1.choices[1].tokens == c2.choices[1].tokens);
+  CHECK(c1.choices[0].tokens != c1.choices[1].tokens);
+  CHECK(c1.completion_tokens == 24);
+  CHECK(f.fake->copies() > 0);
+  CHECK(f.fake->violations().empty());
+  // Choice 0 keeps the request's seed: it equals the n = 1 output.
+  req.n = 1;
+  auto single = collect(*f.engine->submit(req));
+  CHECK(single.choices[0].tokens == c1.choices[0].tokens);
+  CHECK(single.choices[0].tokens == fake_reference(req.prompt, req.sampling, 12, 101));
+  CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used == 0; }));
+}
+
+TEST_CASE("n > 1 with a one-token prompt runs independent choices") {
+  Fixture f;
+  GenerationRequest req = greedy_request({17}, 5);
+  req.n = 3;
+  auto c = collect(*f.engine->submit(req));
+  REQUIRE(c.choices.size() == 3);
+  for (int i = 0; i < 3; ++i) CHECK(c.choices[i].tokens == fake_reference({17}, req.sampling, 5, 101));
+}
+
+TEST_CASE("a seeded request gives the same tokens alone and in a busy batch") {
+  Fixture f;
+  GenerationRequest req;
+  req.prompt = make_prompt(9, 2);
+  req.sampling.temperature = 1.0f;
+  req.sampling.seed = 77;
+  req.max_tokens = 10;
+  req.ignore_eos = true;
+  auto alone = collect(*f.engine->submit(req));
+  f.fake->close_gate();
+  std::vector<std::shared_ptr<RequestHandle>> others;
+  for (int i = 0; i < 5; ++i) others.push_back(f.engine->submit(greedy_request(make_prompt(3 + i, 20 + i), 15)));
+  auto h = f.engine->submit(req);
+  f.fake->open_gate();
+  auto busy = collect(*h);
+  CHECK(alone.choices[0].tokens == busy.choices[0].tokens);
+  for (auto& o : others) collect(*o);
+}
+
+TEST_CASE("stop token ids, eos and max_tokens end a choice with the right reason") {
+  Fixture f;
+  auto p = make_prompt(8, 9);
+  auto ref = fake_reference(p, greedy_request(p, 20).sampling, 20, 101);
+  GenerationRequest req = greedy_request(p, 20);
+  req.stop_token_ids = {ref[3]};
+  auto c = collect(*f.engine->submit(req));
+  auto upto = std::find(ref.begin(), ref.end(), ref[3]);
+  CHECK(c.choices[0].tokens == std::vector<int32_t>(ref.begin(), upto + 1));
+  CHECK(c.choices[0].finish == FinishReason::Stop);
+
+  // eos (vocab - 1 for the fake) ends it unless ignore_eos; find a prompt whose output hits it.
+  bool found = false;
+  for (int salt = 0; salt < 400 && !found; ++salt) {
+    auto q = make_prompt(4, salt);
+    auto r = fake_reference(q, greedy_request(q, 40).sampling, 40, 101);
+    auto e = std::find(r.begin(), r.end(), 100);
+    if (e == r.end()) continue;
+    found = true;
+    GenerationRequest g = greedy_request(q, 40);
+    g.ignore_eos = false;
+    auto ce = collect(*f.engine->submit(g));
+    CHECK(ce.choices[0].tokens == std::vector<int32_t>(r.begin(), e + 1));
+    CHECK(ce.choices[0].finish == FinishReason::Stop);
+    g.ignore_eos = true;
+    auto ci = collect(*f.engine->submit(g));
+    CHECK(ci.choices[0].tokens == r);
+    CHECK(ci.choices[0].finish == FinishReason::Length);
+  }
+  CHECK(found);
+}
+
+TEST_CASE("logprobs and prompt logprobs are passed through and computed from the prefill logits") {
+  EngineConfig cfg;
+  cfg.max_num_batched_tokens = 8;  // prompt logprobs across several prefill chunks
+  Fixture f(cfg);
+  auto p = make_prompt(13, 4);
+  collect(*f.engine->submit(greedy_request(p, 2)));  // warm the prefix cache: must not be used
+  GenerationRequest req = greedy_request(p, 3);
+  req.sampling.logprobs = 2;
+  req.prompt_logprobs = true;
+  auto c = collect(*f.engine->submit(req));
+  REQUIRE(c.choices[0].logprobs.size() == 3);
+  CHECK(c.choices[0].logprobs[0].top.size() == 2);
+  CHECK(c.choices[0].logprobs[1].id == c.choices[0].tokens[1]);
+  CHECK(c.prompt_logprob_events == 1);
+  REQUIRE(c.prompt_logprobs.size() == p.size());
+  CHECK_FALSE(c.prompt_logprobs[0].has_value());
+  for (size_t i = 1; i < p.size(); ++i) {
+    REQUIRE(c.prompt_logprobs[i].has_value());
+    std::vector<float> row(101);
+    std::vector<int32_t> upto(p.begin(), p.begin() + i);
+    for (int v = 0; v < 101; ++v) row[v] = fake_logit(upto, v);
+    auto want = logprob_of(row, p[i], 2);
+    CHECK(c.prompt_logprobs[i]->id == p[i]);
+    CHECK(c.prompt_logprobs[i]->logprob == doctest::Approx(want.logprob));
+    CHECK(c.prompt_logprobs[i]->top.size() == 2);
+    CHECK(c.prompt_logprobs[i]->top[0].first == want.top[0].first);
+  }
+}
+
+TEST_CASE("a backend failure ends the requests in that step with an error and the engine keeps serving") {
+  Fixture f;
+  f.fake->fail_on_step(f.fake->steps() + 1);
+  auto c = collect(*f.engine->submit(greedy_request(make_prompt(6, 1), 4)));
+  CHECK(c.choices[0].finish == FinishReason::Error);
+  CHECK(c.choices[0].error.find("fake backend failure") != std::string::npos);
+  auto p = make_prompt(6, 2);
+  auto ok = collect(*f.engine->submit(greedy_request(p, 4)));
+  CHECK(ok.choices[0].tokens == fake_reference(p, greedy_request(p, 4).sampling, 4, 101));
+  CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used == 0; }));
+}
+
+TEST_CASE("submit rejects bad requests with the numbers") {
+  EngineConfig cfg;
+  cfg.max_model_len = 64;
+  Fixture f(cfg);
+  auto expect_error = [&](GenerationRequest r, const std::string& needle) {
+    try {
+      f.engine->submit(std::move(r));
+      FAIL("no error for " << needle);
+    } catch (const Error& e) {
+      CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
+    }
+  };
+  expect_error(greedy_request({}, 4), "at least one token");
+  expect_error(greedy_request({1, 500}, 4), "token id 500 at position 1");
+  expect_error(greedy_request(make_prompt(60, 1), 10), "maximum context length is 64 tokens");
+  CHECK(f.engine->max_model_len() == 64);
+  auto r = greedy_request({1, 2}, 4);
+  r.stop = {"x"};
+  expect_error(r, "stop strings need a tokenizer");
+  r = greedy_request({1, 2}, 4);
+  r.n = 0;
+  expect_error(r, "n: must be at least 1");
+  r = greedy_request({1, 2}, 4);
+  r.sampling.top_p = 0;
+  expect_error(r, "top_p");
+  r = greedy_request({1, 2}, 0);
+  expect_error(r, "max_tokens");
+  r = greedy_request({1, 2}, 4);
+  r.sampling.logprobs = 21;
+  expect_error(r, "logprobs");
+}
+
+TEST_CASE("the waiting queue has a bound: QueueFullError past max_queued_requests") {
+  EngineConfig cfg;
+  cfg.max_num_seqs = 1;
+  cfg.max_queued_requests = 1;
+  Fixture f(cfg, 1024);
+  auto a = f.engine->submit(greedy_request(make_prompt(5, 1), 500));
+  REQUIRE(a->next(std::chrono::seconds(10)));
+  auto b = f.engine->submit(greedy_request(make_prompt(5, 2), 5));
+  REQUIRE(wait_until([&] { return f.engine->stats().waiting == 1; }));
+  CHECK_THROWS_AS(f.engine->submit(greedy_request(make_prompt(5, 3), 5)), QueueFullError);
+  a->cancel();
+  CHECK(collect(*b).choices[0].finish == FinishReason::Length);
+}
+
+TEST_CASE("the observer sees first tokens, gaps and completions") {
+  struct Counting : Engine::Observer {
+    std::atomic<int> first{0}, gaps{0}, finished{0}, completion{0};
+    void on_first_token(double s) override { first += s >= 0; }
+    void on_token_gap(double s) override { gaps += s >= 0; }
+    void on_finished(double, int, int c) override { finished++; completion += c; }
+  } obs;
+  Fixture f;
+  f.engine->set_observer(&obs);
+  collect(*f.engine->submit(greedy_request(make_prompt(5, 1), 6)));
+  collect(*f.engine->submit(greedy_request(make_prompt(5, 2), 3)));
+  CHECK(wait_until([&] { return obs.finished.load() == 2; }));
+  CHECK(obs.first.load() == 2);
+  CHECK(obs.gaps.load() == 5 + 2);
+  CHECK(obs.completion.load() == 9);
+  f.engine->set_observer(nullptr);
+}
+
+TEST_CASE("shutdown lets running requests finish within the timeout, then refuses new ones") {
+  Fixture f;
+  auto h = f.engine->submit(greedy_request(make_prompt(5, 1), 20));
+  f.engine->shutdown(std::chrono::seconds(10));
+  auto c = collect(*h);
+  CHECK(c.choices[0].finish == FinishReason::Length);
+  CHECK_THROWS_AS(f.engine->submit(greedy_request(make_prompt(5, 1), 2)), Error);
+}
+
+TEST_CASE("shutdown with a zero timeout cancels what is still running") {
+  Fixture f({}, 1024);
+  auto h = f.engine->submit(greedy_request(make_prompt(5, 1), 3000));
+  REQUIRE(h->next(std::chrono::seconds(10)));
+  f.engine->shutdown(std::chrono::milliseconds(0));
+  CHECK(collect(*h).choices[0].finish == FinishReason::Cancelled);
+}
+
+}
