@@ -149,6 +149,7 @@ std::shared_ptr<RequestHandle> EngineImpl::submit(GenerationRequest req) {
   std::shared_ptr<RequestHandle> handle = r->channel;
   {
     std::lock_guard<std::mutex> lk(inbox_->mu);
+    if (stop_) throw Error("the engine is shutting down and accepts no new requests");
     int waiting;
     {
       std::lock_guard<std::mutex> sl(stats_mu_);

@@ -107,7 +107,8 @@ class FakeBackend : public Backend {
       }
       if (s.sample) {
         SampledToken t;
-        t.id = fake_next(ctx, *s.sampling.params, s.sampling.draw_index, spec_.vocab_size);
+        t.id = script_.empty() ? fake_next(ctx, *s.sampling.params, s.sampling.draw_index, spec_.vocab_size)
+                               : script_[s.sampling.draw_index % script_.size()];
         t.logprob = -0.5f;
         for (int j = 0; j < s.sampling.params->logprobs; ++j) t.top.emplace_back(j, -1.0f - j);
         out[k].token = t;
@@ -122,6 +123,8 @@ class FakeBackend : public Backend {
     { std::lock_guard<std::mutex> lk(mu_); open_ = true; }
     gate_cv_.notify_all();
   }
+  // Every sequence then "generates" exactly these tokens, in order (for text-level tests).
+  void set_script(std::vector<int32_t> ids) { std::lock_guard<std::mutex> lk(mu_); script_ = std::move(ids); }
   void fail_on_step(int step) { std::lock_guard<std::mutex> lk(mu_); fail_on_step_ = step; }
   int steps() const { std::lock_guard<std::mutex> lk(mu_); return steps_; }
   int max_batch() const { std::lock_guard<std::mutex> lk(mu_); return max_batch_; }
@@ -141,6 +144,7 @@ class FakeBackend : public Backend {
   int steps_ = 0, max_batch_ = 0, max_step_tokens_ = 0, fail_on_step_ = -1;
   size_t copies_ = 0;
   std::vector<std::string> violations_;
+  std::vector<int32_t> script_;
 };
 
 }  // namespace rs::testing
