@@ -31,7 +31,7 @@ constexpr const char* kChatHelp =
     "Type a message and press Enter to send it. A line ending in a backslash (\\) continues the\n"
     "message on the next line. Commands: /reset forgets the conversation, /exit (or Ctrl-D) quits,\n"
     "Ctrl-C stops the answer being generated. After each answer: time to first token and tokens/s.\n"
-    "Without --model, chats with the embedded default model (random weights: gibberish by design).";
+    "Without --model, chats with the embedded default model (random weights: gibberish by design).\n";
 
 struct ChatArgs {
   std::string model, load_format = "auto", device = "auto", system;

@@ -2,6 +2,7 @@
 // scheduler for a step, runs it on the backend and turns the results into channel events.
 // Nothing throws across a step: a request that cannot continue ends with an error event.
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cstdio>
 #include <deque>
@@ -97,7 +98,16 @@ EngineImpl::EngineImpl(std::unique_ptr<Backend> backend, const Tokenizer* tok, c
   const ModelSpec& spec = backend_->spec();
   vocab_ = spec.vocab_size;
   if (cfg_.block_size <= 0) throw Error("block_size must be positive (got " + std::to_string(cfg_.block_size) + ")");
-  num_blocks_ = cfg_.num_kv_blocks > 0 ? cfg_.num_kv_blocks : backend_->max_kv_blocks(cfg_.block_size, cfg_.kv_budget_bytes);
+  if (cfg_.num_kv_blocks > 0) {
+    num_blocks_ = cfg_.num_kv_blocks;
+  } else {
+    // Never more than the engine could use: max_num_seqs sequences of the longest length.
+    const int64_t longest = cfg_.max_model_len > 0 ? cfg_.max_model_len : spec.max_position_embeddings;
+    const int64_t useful = static_cast<int64_t>(std::max(cfg_.max_num_seqs, 1)) *
+                           ((longest + cfg_.block_size - 1) / cfg_.block_size);
+    num_blocks_ = static_cast<int>(std::min<int64_t>(backend_->max_kv_blocks(cfg_.block_size, cfg_.kv_budget_bytes),
+                                                     std::min<int64_t>(useful, INT32_MAX)));
+  }
   if (num_blocks_ <= 0)
     throw Error("KV cache: the backend has room for no blocks of " + std::to_string(cfg_.block_size) + " tokens");
   const int64_t kv_tokens = static_cast<int64_t>(num_blocks_) * cfg_.block_size;
