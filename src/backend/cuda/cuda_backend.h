@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -8,4 +9,17 @@ namespace rs {
 // Number of usable CUDA devices; 0 (with `why` set) when there is no driver or no GPU.
 int cuda_device_count(std::string* why);
 std::unique_ptr<Backend> make_cuda_backend(const ModelSpec& spec, const Weights& weights);
+// Dummy weights created on the GPU alone (no host copy); bytes equal Weights::dummy(spec, seed).
+// spec.quant.fp8_block selects block-FP8 linear weights (`--quantization fp8`).
+std::unique_ptr<Backend> make_cuda_backend_dummy(const ModelSpec& spec, uint64_t seed);
+
+// What the CUDA backend's last execute() had to read from HBM, for `bench forward`'s roofline:
+// every weight the step touched (each selected routed expert once), and the latent KV attended.
+struct CudaStepTraffic {
+  uint64_t weight_bytes = 0;
+  uint64_t kv_bytes = 0;
+  double experts_per_moe_layer = 0;  // distinct routed experts touched, averaged over MoE layers
+};
+// Throws rs::Error if `b` is not the CUDA backend. Reads the last step's routing from the device.
+CudaStepTraffic cuda_last_step_traffic(Backend& b);
 }  // namespace rs

@@ -1,0 +1,18 @@
+#pragma once
+// Embedding gather: the residual stream (fp32) starts as the token's embedding row.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rs::cuda {
+
+struct EmbedParams {
+  const __nv_bfloat16* table = nullptr;  // [vocab, hidden]
+  const int32_t* tokens = nullptr;       // [n], validated against vocab on the host
+  float* residual = nullptr;             // [n, hidden]
+  int n = 0, hidden = 0;
+};
+void launch_embed(const EmbedParams& p, cudaStream_t stream);
+
+}  // namespace rs::cuda

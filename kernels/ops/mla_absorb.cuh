@@ -1,0 +1,88 @@
+#pragma once
+#include "kernels/common/reduce.cuh"
+#include "kernels/ops/mla_absorb_params.h"
+
+namespace rs::cuda {
+
+constexpr int kAbsorbTokens = 8;     // queries sharing one pass over a head's W_UK columns
+constexpr int kAbsorbThreads = 128;  // each thread owns two latent columns
+
+// Block (head, column chunk of 2*kAbsorbThreads): W_UK is read once per 8 queries, coalesced
+// along the latent dimension; q_nope for those 8 queries sits in shared memory as fp32.
+__device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, int head, int chunk) {
+  __shared__ float qs[kAbsorbTokens][256];  // nope <= 256
+  const int c = (chunk * kAbsorbThreads + threadIdx.x) * 2;
+  const int qdim = p.nope + p.rope, odim = p.kv_lora + p.rope;
+  const __nv_bfloat16* w = p.kv_b + static_cast<int64_t>(head) * (p.nope + p.vdim) * p.kv_lora;
+  for (int n0 = 0; n0 < p.n; n0 += kAbsorbTokens) {
+    const int nt = min(kAbsorbTokens, p.n - n0);
+    for (int i = threadIdx.x; i < kAbsorbTokens * p.nope; i += blockDim.x) {
+      const int t = i / p.nope, d = i % p.nope;
+      qs[t][d] = t < nt ? __bfloat162float(p.q[(static_cast<int64_t>(n0 + t) * p.heads + head) * qdim + d]) : 0.f;
+    }
+    __syncthreads();
+    if (c < p.kv_lora) {
+      float acc0[kAbsorbTokens] = {}, acc1[kAbsorbTokens] = {};
+      for (int d = 0; d < p.nope; ++d) {
+        const float2 wv = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162*>(w + static_cast<int64_t>(d) * p.kv_lora + c));
+#pragma unroll
+        for (int t = 0; t < kAbsorbTokens; ++t) {
+          acc0[t] += qs[t][d] * wv.x;
+          acc1[t] += qs[t][d] * wv.y;
+        }
+      }
+      for (int t = 0; t < nt; ++t) {
+        *reinterpret_cast<__nv_bfloat162*>(p.out + (static_cast<int64_t>(n0 + t) * p.heads + head) * odim + c) =
+            __floats2bfloat162_rn(acc0[t], acc1[t]);
+      }
+    }
+    __syncthreads();
+  }
+  if (chunk == 0) {  // the rope part passes through unchanged
+    for (int i = threadIdx.x; i < p.n * p.rope; i += blockDim.x) {
+      const int t = i / p.rope, d = i % p.rope;
+      p.out[(static_cast<int64_t>(t) * p.heads + head) * odim + p.kv_lora + d] =
+          p.q[(static_cast<int64_t>(t) * p.heads + head) * qdim + p.nope + d];
+    }
+  }
+}
+
+constexpr int kVUpWarps = 8;  // one W_UV row per warp, held in registers for all tokens
+
+__device__ __forceinline__ void mla_v_up_block(const MlaVUpParams& p, int head, int row_chunk) {
+  __shared__ float os[kAbsorbTokens][512];  // kv_lora <= 512
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int j = row_chunk * kVUpWarps + warp;
+  const int pairs = p.kv_lora / 64;  // bf16x2 loads per lane
+  float w[16];
+  if (j < p.vdim) {
+    const __nv_bfloat16* wr = p.kv_b + (static_cast<int64_t>(head) * (p.nope + p.vdim) + p.nope + j) * p.kv_lora;
+    for (int k = 0; k < pairs; ++k) {
+      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(wr + k * 64 + lane * 2));
+      w[2 * k] = v.x;
+      w[2 * k + 1] = v.y;
+    }
+  }
+  for (int n0 = 0; n0 < p.n; n0 += kAbsorbTokens) {
+    const int nt = min(kAbsorbTokens, p.n - n0);
+    for (int i = threadIdx.x; i < nt * p.kv_lora; i += blockDim.x) {
+      const int t = i / p.kv_lora, c = i % p.kv_lora;
+      os[t][c] = __bfloat162float(p.o_latent[(static_cast<int64_t>(n0 + t) * p.heads + head) * p.kv_lora + c]);
+    }
+    __syncthreads();
+    if (j < p.vdim) {
+      for (int t = 0; t < nt; ++t) {
+        float acc = 0.f;
+        for (int k = 0; k < pairs; ++k)
+          acc += w[2 * k] * os[t][k * 64 + lane * 2] + w[2 * k + 1] * os[t][k * 64 + lane * 2 + 1];
+        acc = warp_sum(acc);
+        if (lane == 0)
+          p.out[(static_cast<int64_t>(n0 + t) * p.heads + head) * p.vdim + j] = __float2bfloat16(acc);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace rs::cuda

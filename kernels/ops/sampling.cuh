@@ -1,0 +1,281 @@
+#pragma once
+// One block per sequence. Each thread owns a contiguous range of token ids, so "lower id first"
+// tie rules and the id-order inverse CDF are prefix sums over threads.
+#include "kernels/common/reduce.cuh"
+#include "kernels/ops/sampling_params.h"
+
+namespace rs::cuda {
+
+namespace sampling {
+
+struct Scratch {
+  double d[32];
+  float f[32];
+  int i[32];
+  float best_v[32];
+  int best_i[32];
+};
+
+__device__ __forceinline__ double block_sum_d(double v, Scratch& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) s.d[warp] = v;
+  __syncthreads();
+  double t = 0;
+  for (int k = 0; k < nw; ++k) t += s.d[k];
+  __syncthreads();
+  return t;
+}
+
+__device__ __forceinline__ int block_sum_i(int v, Scratch& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) s.i[warp] = v;
+  __syncthreads();
+  int t = 0;
+  for (int k = 0; k < nw; ++k) t += s.i[k];
+  __syncthreads();
+  return t;
+}
+
+// Exclusive prefix over threads in thread order.
+template <typename T>
+__device__ __forceinline__ T block_exclusive_scan(T v, T* shared /* [blockDim] */) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int off = 1; off < blockDim.x; off <<= 1) {
+    T add = threadIdx.x >= off ? shared[threadIdx.x - off] : T(0);
+    __syncthreads();
+    shared[threadIdx.x] += add;
+    __syncthreads();
+  }
+  T incl = shared[threadIdx.x];
+  __syncthreads();
+  return incl - v;
+}
+
+// Highest value, lowest index on ties, over the block.
+__device__ __forceinline__ int block_argmax(float v, int idx, Scratch& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+  }
+  if (lane == 0) { s.best_v[warp] = v; s.best_i[warp] = idx; }
+  __syncthreads();
+  float bv = s.best_v[0];
+  int bi = s.best_i[0];
+  for (int k = 1; k < nw; ++k)
+    if (s.best_v[k] > bv || (s.best_v[k] == bv && s.best_i[k] < bi)) { bv = s.best_v[k]; bi = s.best_i[k]; }
+  __syncthreads();
+  return bi;
+}
+
+}  // namespace sampling
+
+__device__ void sample_row(const SamplingParamsDev& p, int b) {
+  using namespace sampling;
+  __shared__ Scratch S;
+  __shared__ double scan_d[kSamplingThreads];
+  __shared__ int scan_i[kSamplingThreads];
+  __shared__ int chosen_s;
+  const SampleRow r = p.rows[b];
+  const int V = p.vocab;
+  const float* raw = p.logits + static_cast<int64_t>(r.logits_row) * V;
+  float* w = p.work + static_cast<int64_t>(b) * V;
+  int32_t* flag = p.flags + static_cast<int64_t>(b) * V;
+  int32_t* cnt = p.counts + static_cast<int64_t>(b) * V;
+  const int per = (V + blockDim.x - 1) / blockDim.x;
+  const int i0 = threadIdx.x * per, i1 = min(V, i0 + per);
+
+  for (int i = i0; i < i1; ++i) w[i] = raw[i];
+  __syncthreads();
+  const int32_t* prompt = p.tokens + r.prompt_off;
+  const int32_t* output = p.tokens + r.output_off;
+  if (r.repetition != 1.0f) {  // every token seen in prompt or output, once
+    for (int j = threadIdx.x; j < r.prompt_len + r.output_len; j += blockDim.x) {
+      const int t = j < r.prompt_len ? prompt[j] : output[j - r.prompt_len];
+      if (t >= 0 && t < V) flag[t] = 1;
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < r.prompt_len + r.output_len; j += blockDim.x) {
+      const int t = j < r.prompt_len ? prompt[j] : output[j - r.prompt_len];
+      if (t >= 0 && t < V && atomicExch(&flag[t], 0))
+        w[t] = w[t] > 0 ? w[t] / r.repetition : w[t] * r.repetition;
+    }
+    __syncthreads();
+  }
+  if (r.presence != 0.0f || r.frequency != 0.0f) {
+    for (int j = threadIdx.x; j < r.output_len; j += blockDim.x) {
+      const int t = output[j];
+      if (t >= 0 && t < V) atomicAdd(&cnt[t], 1);
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < r.output_len; j += blockDim.x) {
+      const int t = output[j];
+      if (t < 0 || t >= V) continue;
+      const int c = atomicExch(&cnt[t], 0);
+      if (c) w[t] -= r.frequency * static_cast<float>(c) + r.presence;
+    }
+    __syncthreads();
+  }
+
+  if (r.temperature < 1e-5f) {  // greedy, the first maximum
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = i0; i < i1; ++i)
+      if (w[i] > bv) { bv = w[i]; bi = i; }
+    const int c = block_argmax(bv, bi, S);
+    if (threadIdx.x == 0) chosen_s = c;
+  } else {
+    float mx = -INFINITY;
+    for (int i = i0; i < i1; ++i) { w[i] /= r.temperature; mx = fmaxf(mx, w[i]); }
+    mx = block_max(mx, S.f);
+    double sum = 0;
+    for (int i = i0; i < i1; ++i) { const float e = expf(w[i] - mx); w[i] = e; sum += e; }
+    sum = block_sum_d(sum, S);
+    float pmax = 0.f;
+    for (int i = i0; i < i1; ++i) { w[i] = static_cast<float>(w[i] / sum); pmax = fmaxf(pmax, w[i]); }
+    pmax = block_max(pmax, S.f);
+    // The kept set is always a prefix of the ranking: min_p keeps every token at or above a
+    // threshold, top_k the first k, top_p the first ones reaching its mass.
+    const float minp_thr = r.min_p > 0.f ? r.min_p * pmax : 0.f;
+    int local = 0;
+    for (int i = i0; i < i1; ++i) local += w[i] >= minp_thr;
+    int K = block_sum_i(local, S);
+    if (r.top_k > 0 && r.top_k < K) K = r.top_k;
+    // tau: the K-th largest probability (largest bit pattern with count(>= tau) >= K;
+    // positive floats order like their bits). Ties at tau are kept lowest id first.
+    auto count_ge = [&](unsigned bits) {
+      int c = 0;
+      for (int i = i0; i < i1; ++i) c += __float_as_uint(w[i]) >= bits;
+      return block_sum_i(c, S);
+    };
+    unsigned lo = 0, hi = 0x7f800000u;
+    while (lo < hi) {
+      const unsigned mid = lo + (hi - lo + 1) / 2;
+      if (count_ge(mid) >= K) lo = mid; else hi = mid - 1;
+    }
+    const float tau = __uint_as_float(lo);
+    int gt = 0, ties = 0;
+    for (int i = i0; i < i1; ++i) { gt += w[i] > tau; ties += w[i] == tau; }
+    const int need_ties = K - block_sum_i(gt, S);
+    int tie_rank = block_exclusive_scan(ties, scan_i);
+    // keep1 marks: 1 kept; encoded in flag scratch? keep in-register by recomputation instead.
+    auto kept1 = [&](int i, int& rank) {
+      if (w[i] > tau) return true;
+      if (w[i] == tau) return rank++ < need_ties;
+      return false;
+    };
+    if (r.top_p < 1.0f) {
+      double mass = 0;
+      { int rk = tie_rank; for (int i = i0; i < i1; ++i) if (kept1(i, rk)) mass += w[i]; }
+      const double kept_mass = block_sum_d(mass, S);
+      const double target = static_cast<double>(r.top_p) * kept_mass;
+      // tau2: largest bit pattern whose kept mass at or above it still reaches target.
+      auto mass_ge = [&](unsigned bits) {
+        double m = 0;
+        int rk = tie_rank;
+        for (int i = i0; i < i1; ++i) {
+          const bool k = kept1(i, rk);
+          if (k && __float_as_uint(w[i]) >= bits) m += w[i];
+        }
+        return block_sum_d(m, S);
+      };
+      unsigned lo2 = lo, hi2 = 0x7f800000u;
+      while (lo2 < hi2) {
+        const unsigned mid = lo2 + (hi2 - lo2 + 1) / 2;
+        if (mass_ge(mid) >= target) lo2 = mid; else hi2 = mid - 1;
+      }
+      const float tau2 = __uint_as_float(lo2);
+      double m_gt = 0;
+      int ties2 = 0;
+      { int rk = tie_rank;
+        for (int i = i0; i < i1; ++i) {
+          const bool k = kept1(i, rk);
+          if (k && w[i] > tau2) m_gt += w[i];
+          if (k && w[i] == tau2) ++ties2;
+        } }
+      m_gt = block_sum_d(m_gt, S);
+      const int need2 = tau2 > 0.f ? static_cast<int>(ceil((target - m_gt) / tau2 - 1e-9)) : 0;
+      const int tie2_rank = block_exclusive_scan(ties2, scan_i);
+      // Final kept set: drop ranks past the top_p prefix by zeroing their probability.
+      { int rk = tie_rank, rk2 = tie2_rank;
+        for (int i = i0; i < i1; ++i) {
+          const bool k = kept1(i, rk);
+          bool keep = k && (w[i] > tau2 || (w[i] == tau2 && rk2++ < max(need2, 1)));
+          if (!k || !keep) w[i] = -w[i] - 1.f;  // negative: dropped (restorable, unused later)
+        } }
+    } else {
+      int rk = tie_rank;
+      for (int i = i0; i < i1; ++i) if (!kept1(i, rk)) w[i] = -w[i] - 1.f;
+    }
+    __syncthreads();
+    // Inverse CDF in token-id order over the kept probabilities.
+    double local_mass = 0;
+    int last_kept = -1;
+    for (int i = i0; i < i1; ++i) if (w[i] >= 0.f) { local_mass += w[i]; last_kept = i; }
+    const double total = block_sum_d(local_mass, S);
+    const double target = static_cast<double>(r.uniform) * total;
+    const double before = block_exclusive_scan(local_mass, scan_d);
+    if (threadIdx.x == 0) chosen_s = -1;
+    __syncthreads();
+    if (before <= target && target < before + local_mass) {
+      double cum = before;
+      for (int i = i0; i < i1; ++i) {
+        if (w[i] < 0.f) continue;
+        cum += w[i];
+        if (cum > target) { chosen_s = i; break; }
+      }
+    }
+    __syncthreads();
+    if (chosen_s < 0) {  // rounding pushed the target past the end: the last kept token
+      int lk = last_kept;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) lk = max(lk, __shfl_xor_sync(0xffffffffu, lk, o));
+      if ((threadIdx.x & 31) == 0) S.i[threadIdx.x >> 5] = lk;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int m = -1;
+        for (int k = 0; k < (int)(blockDim.x >> 5); ++k) m = max(m, S.i[k]);
+        chosen_s = m;
+      }
+    }
+  }
+  __syncthreads();
+  const int chosen = chosen_s;
+  // logprobs from the raw logits
+  float mx = -INFINITY;
+  for (int i = i0; i < i1; ++i) mx = fmaxf(mx, raw[i]);
+  mx = block_max(mx, S.f);
+  double sum = 0;
+  for (int i = i0; i < i1; ++i) sum += exp(static_cast<double>(raw[i]) - mx);
+  sum = block_sum_d(sum, S);
+  const float lse = mx + static_cast<float>(log(sum));
+  SampleResult* out = p.out + b;
+  if (threadIdx.x == 0) { out->id = chosen; out->logprob = raw[chosen] - lse; }
+  const int ntop = min(r.logprobs, kMaxTopLogprobs);
+  __shared__ int taken[kMaxTopLogprobs];
+  for (int k = 0; k < ntop; ++k) {
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = i0; i < i1; ++i) {
+      bool skip = false;
+      for (int q = 0; q < k; ++q) skip |= taken[q] == i;
+      if (!skip && raw[i] > bv) { bv = raw[i]; bi = i; }
+    }
+    const int c = block_argmax(bv, bi, S);
+    if (threadIdx.x == 0) {
+      taken[k] = c;
+      out->top_ids[k] = c;
+      out->top_logprobs[k] = raw[c] - lse;
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace rs::cuda

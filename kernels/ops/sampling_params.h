@@ -1,0 +1,44 @@
+#pragma once
+// GPU sampler with the host sampler's semantics (src/backend/sampler.cpp, vLLM's order):
+// penalties on the raw logits, then temperature, min_p, top_k, top_p over the ranking
+// (probability descending, lower id first on ties), one uniform draw u = rs::sampling_uniform
+// (seed, draw_index) and the inverse CDF walked in token-id order; logprobs from the raw logits.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rs::cuda {
+
+constexpr int kMaxTopLogprobs = 20;  // vLLM's limit
+
+struct SampleRow {
+  float temperature = 0.f, top_p = 1.f, min_p = 0.f;
+  float presence = 0.f, frequency = 0.f, repetition = 1.f;
+  int top_k = 0;
+  int logprobs = -1;       // top entries wanted (<= kMaxTopLogprobs)
+  float uniform = 0.f;     // sampling_uniform(seed, draw_index), computed on the host
+  int logits_row = 0;
+  int prompt_off = 0, prompt_len = 0, output_off = 0, output_len = 0;  // into `tokens`
+};
+
+struct SampleResult {
+  int32_t id = -1;
+  float logprob = 0.f;
+  int32_t top_ids[kMaxTopLogprobs];
+  float top_logprobs[kMaxTopLogprobs];
+};
+
+struct SamplingParamsDev {
+  const float* logits = nullptr;  // [rows, vocab]
+  int vocab = 0, n = 0;
+  const SampleRow* rows = nullptr;  // [n]
+  const int32_t* tokens = nullptr;  // penalty token pool
+  float* work = nullptr;            // [n, vocab] scratch
+  int32_t* flags = nullptr;         // [n, vocab] zero before and after the kernel
+  int32_t* counts = nullptr;        // [n, vocab] zero before and after the kernel
+  SampleResult* out = nullptr;      // [n]
+};
+constexpr int kSamplingThreads = 1024;
+void launch_sampling(const SamplingParamsDev& p, cudaStream_t stream);
+
+}  // namespace rs::cuda

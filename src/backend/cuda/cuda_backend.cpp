@@ -1,0 +1,327 @@
+// The CUDA executor on one GPU: device weights, the paged latent KV cache, the layer sequence of
+// kernels (forward_pass.cpp), decode steps replayed as CUDA graphs per batch bucket, GPU sampling.
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_weights.h"
+#include "backend/cuda/forward_pass.h"
+#include "backend/cuda/gpu_sampler.h"
+#include "common/error.h"
+#include "kernels/ops/kv_cache_params.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+namespace rs {
+
+namespace {
+
+using namespace rs::cuda;
+
+// Batch sizes with a captured decode graph; a batch runs in the smallest bucket that holds it.
+constexpr int kBuckets[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+constexpr int kMaxBucket = 256;
+
+int bucket_for(int b) {
+  for (int k : kBuckets)
+    if (k >= b) return k;
+  return 0;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const ModelSpec& spec, std::unique_ptr<DeviceWeights> w) : spec_(spec), w_(std::move(w)) {
+    validate_spec();
+    RS_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    int dev = 0;
+    RS_CUDA(cudaGetDevice(&dev));
+    RS_CUDA(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
+    RopeTable rt = make_rope_table(spec_);
+    inv_freq_.reset(rt.inv_freq.size() * 4, "rope frequencies");
+    RS_CUDA(cudaMemcpy(inv_freq_.get(), rt.inv_freq.data(), rt.inv_freq.size() * 4, cudaMemcpyHostToDevice));
+    RopeSpec rope;
+    rope.inv_freq = inv_freq_.get<float>();
+    rope.mscale = rt.attention_factor;
+    rope.rope_dim = spec_.qk_rope_head_dim;
+    rope.interleave = rt.interleave;
+    pass_ = std::make_unique<ForwardPass>(spec_, *w_, rope, num_sms_);
+    sampler_ = std::make_unique<GpuSampler>(spec_.vocab_size);
+  }
+
+  ~CudaBackend() override {
+    drop_graphs();
+    pass_.reset();
+    sampler_.reset();
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  const ModelSpec& spec() const override { return spec_; }
+
+  uint64_t kv_bytes_per_token() const override {
+    return uint64_t(spec_.num_hidden_layers) * spec_.kv_cache_dim() * 2;
+  }
+
+  int max_kv_blocks(int block_size, uint64_t budget_bytes) const override {
+    if (block_size <= 0) return 0;
+    if (budget_bytes == 0) {
+      // Default: 90% of what is free now, less a reserve for activations, workspaces and graphs.
+      size_t free_b = 0, total_b = 0;
+      RS_CUDA(cudaMemGetInfo(&free_b, &total_b));
+      const uint64_t reserve = uint64_t(4) << 30;
+      budget_bytes = free_b > reserve ? uint64_t((free_b - reserve) * 0.9) : 0;
+    }
+    const uint64_t per_block = kv_bytes_per_token() * uint64_t(block_size);
+    return static_cast<int>(std::min<uint64_t>(budget_bytes / per_block, INT32_MAX - 1));
+  }
+
+  void init_kv(const KvConfig& kv) override {
+    if (kv.block_size <= 0 || kv.num_blocks < 0)
+      throw Error("cuda backend: bad KV config (block_size " + std::to_string(kv.block_size) + ", num_blocks " +
+                  std::to_string(kv.num_blocks) + ")");
+    RS_CUDA(cudaStreamSynchronize(stream_));
+    drop_graphs();
+    kv_ = kv;
+    // One extra block at the end takes the KV writes of padding rows in a decode graph.
+    const int64_t slots = int64_t(kv.num_blocks + 1) * kv.block_size;
+    layer_stride_ = slots * spec_.kv_cache_dim();
+    cache_.reset(size_t(layer_stride_) * spec_.num_hidden_layers * 2, "KV cache");
+    RS_CUDA(cudaMemset(cache_.get(), 0, cache_.bytes()));
+    const int64_t max_len = std::min<int64_t>(int64_t(spec_.max_position_embeddings) + 1,
+                                              int64_t(kv.num_blocks + 1) * kv.block_size);
+    bt_width_ = static_cast<int>((max_len + kv.block_size - 1) / kv.block_size);
+    pass_->set_kv(cache_.get<__nv_bfloat16>(), layer_stride_, kv.block_size, bt_width_);
+  }
+
+  std::vector<SeqResult> execute(const Batch& batch) override;
+
+  CudaStepTraffic last_traffic() {
+    CudaStepTraffic t;
+    RS_CUDA(cudaStreamSynchronize(stream_));
+    const WeightBytes& wb = w_->bytes;
+    double experts = 0;
+    int moe_layers = 0;
+    uint64_t expert_bytes = 0;
+    const int k = spec_.num_experts_per_tok;
+    if (last_tokens_ > 0) {
+      std::vector<int32_t> ids(size_t(last_tokens_) * k);
+      for (int l = 0; l < spec_.num_hidden_layers; ++l) {
+        if (!spec_.is_moe_layer(l)) continue;
+        RS_CUDA(cudaMemcpy(ids.data(), pass_->topk_ids(l), ids.size() * 4, cudaMemcpyDeviceToHost));
+        std::set<int32_t> distinct(ids.begin(), ids.end());
+        experts += double(distinct.size());
+        expert_bytes += uint64_t(distinct.size()) * wb.per_expert;
+        ++moe_layers;
+      }
+    }
+    t.experts_per_moe_layer = moe_layers ? experts / moe_layers : 0;
+    t.weight_bytes = wb.dense + wb.lm_head + expert_bytes + uint64_t(last_tokens_) * wb.embed_row;
+    t.kv_bytes = last_kv_bytes_;
+    return t;
+  }
+
+ private:
+  void validate_spec() const {
+    auto need = [&](bool ok, const std::string& what) {
+      if (!ok) throw Error("cuda backend: unsupported config: " + what);
+    };
+    need(spec_.kv_lora_rank % 64 == 0 && spec_.kv_lora_rank <= 512, "kv_lora_rank must be a multiple of 64, <= 512");
+    need(spec_.qk_rope_head_dim % 16 == 0, "qk_rope_head_dim must be a multiple of 16");
+    need(spec_.qk_nope_head_dim % 16 == 0 && spec_.qk_nope_head_dim <= 256, "qk_nope_head_dim must be a multiple of 16, <= 256");
+    need(spec_.v_head_dim % 16 == 0, "v_head_dim must be a multiple of 16");
+    need(spec_.hidden_size % 256 == 0 && spec_.hidden_size <= 8192, "hidden_size must be a multiple of 256, <= 8192");
+    need(spec_.n_routed_experts <= 512, "n_routed_experts <= 512");
+    need(spec_.n_group <= 64, "n_group <= 64");
+    need(spec_.num_experts_per_tok <= 64, "num_experts_per_tok <= 64");
+  }
+
+  void drop_graphs() {
+    for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+    graphs_.clear();
+  }
+
+  bool decode_only(const Batch& batch) const {
+    if (int(batch.seqs.size()) > kMaxBucket || batch.seqs.empty()) return false;
+    for (const SeqStep& s : batch.seqs)
+      if (s.tokens.size() != 1 || s.return_logits) return false;
+    return true;
+  }
+
+  void check_batch(const Batch& batch) const;
+
+  ModelSpec spec_;
+  std::unique_ptr<DeviceWeights> w_;
+  cudaStream_t stream_ = nullptr;
+  int num_sms_ = 0;
+  DeviceBuffer inv_freq_;
+  std::unique_ptr<ForwardPass> pass_;
+  std::unique_ptr<GpuSampler> sampler_;
+  KvConfig kv_;
+  int64_t layer_stride_ = 0;
+  int bt_width_ = 0;
+  DeviceBuffer cache_;
+  std::map<int, cudaGraphExec_t> graphs_;
+  int last_tokens_ = 0;
+  uint64_t last_kv_bytes_ = 0;
+};
+
+void CudaBackend::check_batch(const Batch& batch) const {
+  const int V = spec_.vocab_size;
+  for (const SeqStep& s : batch.seqs) {
+    const std::string who = "cuda backend: seq " + std::to_string(s.seq_id) + ": ";
+    if (s.start_pos < 0) throw Error(who + "negative start_pos");
+    const int64_t end = int64_t(s.start_pos) + int64_t(s.tokens.size());
+    if (end > 0 && kv_.block_size <= 0) throw Error(who + "init_kv was not called");
+    if (end > int64_t(bt_width_) * kv_.block_size)
+      throw Error(who + "length " + std::to_string(end) + " exceeds the model's " +
+                  std::to_string(int64_t(bt_width_) * kv_.block_size - 1) + " positions");
+    if (int64_t(s.block_table.size()) * kv_.block_size < end)
+      throw Error(who + "block table covers " + std::to_string(s.block_table.size() * kv_.block_size) +
+                  " positions, step needs " + std::to_string(end));
+    for (int64_t b = 0; b < (end + kv_.block_size - 1) / kv_.block_size; ++b)
+      if (s.block_table[b] < 0 || s.block_table[b] >= kv_.num_blocks)
+        throw Error(who + "block id " + std::to_string(s.block_table[b]) + " out of range");
+    for (int32_t tok : s.tokens)
+      if (tok < 0 || tok >= V) throw Error(who + "token id " + std::to_string(tok) + " out of range");
+    if (s.sample && s.tokens.empty()) throw Error(who + "sample requested with no tokens");
+  }
+  for (auto [src, dst] : batch.block_copies)
+    if (src < 0 || dst < 0 || src >= kv_.num_blocks || dst >= kv_.num_blocks)
+      throw Error("cuda backend: block copy " + std::to_string(src) + " -> " + std::to_string(dst) + " out of range");
+}
+
+std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
+  check_batch(batch);
+  const int nseq = static_cast<int>(batch.seqs.size());
+  std::vector<SeqResult> results(nseq);
+  if (!batch.block_copies.empty()) pass_->copy_blocks(batch.block_copies, stream_);
+
+  // Rows: decode sequences (one token) first, so the absorbed-attention rows are contiguous; then
+  // each prefill chunk. Logit rows: every row of a teacher-forced step, the last of a sampled one.
+  StepPlan plan;
+  std::vector<int> order;
+  for (int i = 0; i < nseq; ++i)
+    if (batch.seqs[i].tokens.size() == 1) order.push_back(i);
+  plan.decode_rows = static_cast<int>(order.size());
+  for (int i = 0; i < nseq; ++i)
+    if (batch.seqs[i].tokens.size() > 1) order.push_back(i);
+  std::vector<int> seq_first_row(nseq, -1), seq_logit_row(nseq, -1), seq_logits_first(nseq, -1);
+  uint64_t kv_tokens = 0;
+  for (int i : order) {
+    const SeqStep& s = batch.seqs[i];
+    const int row0 = static_cast<int>(plan.tokens.size());
+    seq_first_row[i] = row0;
+    const int T = static_cast<int>(s.tokens.size());
+    for (int k = 0; k < T; ++k) {
+      const int pos = s.start_pos + k;
+      plan.tokens.push_back(s.tokens[k]);
+      plan.positions.push_back(pos);
+      plan.slots.push_back(s.block_table[pos / kv_.block_size] * kv_.block_size + pos % kv_.block_size);
+    }
+    const int len = s.start_pos + T;
+    const int nblocks = (len + kv_.block_size - 1) / kv_.block_size;
+    if (T == 1) {
+      plan.seq_lens.push_back(len);
+      plan.block_tables.push_back(std::vector<int32_t>(s.block_table.begin(), s.block_table.begin() + nblocks));
+    } else if (T > 1) {
+      PrefillSeq ps;
+      ps.row0 = row0;
+      ps.T = T;
+      ps.start = s.start_pos;
+      ps.blocks.assign(s.block_table.begin(), s.block_table.begin() + nblocks);
+      plan.prefills.push_back(std::move(ps));
+    }
+    kv_tokens += uint64_t(len);
+    if (s.return_logits && T > 0) {
+      seq_logits_first[i] = static_cast<int>(plan.logit_rows.size());
+      for (int k = 0; k < T; ++k) plan.logit_rows.push_back(row0 + k);
+      seq_logit_row[i] = static_cast<int>(plan.logit_rows.size()) - 1;
+    } else if (s.sample && T > 0) {
+      seq_logit_row[i] = static_cast<int>(plan.logit_rows.size());
+      plan.logit_rows.push_back(row0 + T - 1);
+    }
+  }
+  last_tokens_ = static_cast<int>(plan.tokens.size());
+  last_kv_bytes_ = kv_tokens * kv_bytes_per_token();
+  if (plan.tokens.empty()) return results;
+
+  if (decode_only(batch)) {
+    // Padded to the bucket: a decode graph computes logits for every row of the bucket.
+    const int B = nseq, bucket = bucket_for(B);
+    pass_->ensure_capacity(Capacity{bucket, bucket, bucket, 0}, stream_, [&] { drop_graphs(); });
+    plan.pad_decode_to(bucket, kv_.num_blocks, kv_.block_size);
+    pass_->upload(plan, stream_);
+    auto it = graphs_.find(bucket);
+    if (it == graphs_.end()) {
+      // Warm-up runs eagerly first (kernel attributes, lazy module loading), then capture.
+      pass_->run(bucket, stream_);
+      cudaGraph_t graph;
+      RS_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      pass_->run(bucket, stream_);
+      RS_CUDA(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec;
+      RS_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      cudaGraphDestroy(graph);
+      it = graphs_.emplace(bucket, exec).first;
+      // The warm-up already wrote this step's KV rows; the replay rewrites the identical values.
+    }
+    RS_CUDA(cudaGraphLaunch(it->second, stream_));
+  } else {
+    int max_ctx = 0;
+    for (auto& p : plan.prefills) max_ctx = std::max(max_ctx, p.start + p.T);
+    const int n = static_cast<int>(plan.tokens.size());
+    pass_->ensure_capacity(Capacity{n, std::max(1, plan.decode_rows), std::max<int>(1, plan.logit_rows.size()), max_ctx},
+                           stream_, [&] { drop_graphs(); });
+    pass_->upload(plan, stream_);
+    pass_->run_eager(plan, stream_);
+  }
+
+  // Sampling (outside the graph: its penalty inputs vary in size), then the step's one sync.
+  std::vector<GpuSampler::Request> reqs;
+  std::vector<int> req_seq;
+  for (int i = 0; i < nseq; ++i) {
+    const SeqStep& s = batch.seqs[i];
+    if (!s.sample || s.tokens.empty()) continue;
+    reqs.push_back(GpuSampler::Request{&s.sampling, seq_logit_row[i]});
+    req_seq.push_back(i);
+  }
+  sampler_->enqueue(pass_->logits(), reqs, stream_);
+  for (int i = 0; i < nseq; ++i) {
+    const SeqStep& s = batch.seqs[i];
+    if (!s.return_logits || s.tokens.empty()) continue;
+    const size_t V = size_t(spec_.vocab_size);
+    results[i].logits.resize(s.tokens.size() * V);
+    RS_CUDA(cudaMemcpyAsync(results[i].logits.data(), pass_->logits() + size_t(seq_logits_first[i]) * V,
+                            results[i].logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
+  }
+  RS_CUDA(cudaStreamSynchronize(stream_));
+  std::vector<SampledToken> sampled = sampler_->collect();
+  for (size_t k = 0; k < req_seq.size(); ++k) results[req_seq[k]].token = std::move(sampled[k]);
+  (void)seq_first_row;
+  return results;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const ModelSpec& spec, const Weights& weights) {
+  std::fprintf(stderr, "rackserve: CUDA backend: %s weights to the GPU\n",
+               weights.is_dummy() ? "creating dummy" : "uploading");
+  return std::make_unique<CudaBackend>(spec, upload_weights(spec, weights));
+}
+
+std::unique_ptr<Backend> make_cuda_backend_dummy(const ModelSpec& spec, uint64_t seed) {
+  return std::make_unique<CudaBackend>(spec, dummy_device_weights(spec, seed));
+}
+
+CudaStepTraffic cuda_last_step_traffic(Backend& b) {
+  auto* cb = dynamic_cast<CudaBackend*>(&b);
+  if (!cb) throw Error("step traffic: backend '" + b.name() + "' is not the CUDA backend");
+  return cb->last_traffic();
+}
+
+}  // namespace rs

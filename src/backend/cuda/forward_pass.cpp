@@ -1,0 +1,430 @@
+#include "backend/cuda/forward_pass.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "kernels/ops/activation_params.h"
+#include "kernels/ops/embed_params.h"
+#include "kernels/ops/kv_cache_params.h"
+#include "kernels/ops/lm_head_params.h"
+#include "kernels/ops/mla_absorb_params.h"
+#include "kernels/ops/mla_decode_params.h"
+#include "kernels/ops/mla_prefill_params.h"
+#include "kernels/ops/moe_router_params.h"
+#include "kernels/ops/rmsnorm_params.h"
+
+namespace rs::cuda {
+
+namespace {
+// HF builds q_a_layernorm and kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps
+// (the CPU reference does the same).
+constexpr float kLatentNormEps = 1e-6f;
+constexpr int kMaxSplits = 32;
+
+int round_up_pow2(int v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+}  // namespace
+
+void StepPlan::pad_decode_to(int bucket, int scratch_block, int block_size) {
+  while (static_cast<int>(tokens.size()) < bucket) {
+    tokens.push_back(0);
+    positions.push_back(0);
+    slots.push_back(scratch_block * block_size);
+    seq_lens.push_back(1);
+    block_tables.push_back({scratch_block});
+  }
+  decode_rows = bucket;
+  logit_rows.clear();
+  for (int i = 0; i < bucket; ++i) logit_rows.push_back(i);
+}
+
+ForwardPass::ForwardPass(const ModelSpec& spec, const DeviceWeights& w, const RopeSpec& rope, int num_sms)
+    : spec_(spec), w_(w), rope_(rope), num_sms_(num_sms) {
+  max_inter_ = std::max<int64_t>(spec.intermediate_size,
+                                 int64_t(spec.moe_intermediate_size) * std::max(1, spec.n_shared_experts));
+}
+
+ForwardPass::~ForwardPass() {
+  if (host_meta_) cudaFreeHost(host_meta_);
+}
+
+void ForwardPass::set_kv(__nv_bfloat16* cache, int64_t layer_stride, int block_size, int bt_width) {
+  cache_ = cache;
+  layer_stride_ = layer_stride;
+  block_size_ = block_size;
+  bt_width_ = bt_width;
+  cap_.decode_rows = 0;  // the block-table buffer depends on bt_width: reallocate on next use
+}
+
+int ForwardPass::decode_splits(int rows) const {
+  const int head_groups = (spec_.num_attention_heads + 15) / 16;
+  const int want = (2 * num_sms_ + rows * head_groups - 1) / (rows * head_groups);
+  return std::clamp(want, 1, kMaxSplits);
+}
+
+const int32_t* ForwardPass::topk_ids(int layer) const {
+  return topk_ids_.get<int32_t>() + size_t(layer) * cap_.tokens * spec_.num_experts_per_tok;
+}
+
+void ForwardPass::ensure_capacity(const Capacity& want, cudaStream_t stream,
+                                  const std::function<void()>& on_realloc) {
+  if (want.tokens <= cap_.tokens && want.decode_rows <= cap_.decode_rows && want.logit_rows <= cap_.logit_rows &&
+      want.ctx <= cap_.ctx)
+    return;
+  RS_CUDA(cudaStreamSynchronize(stream));
+  on_realloc();
+  Capacity c;
+  c.tokens = std::max(cap_.tokens, round_up_pow2(std::max(want.tokens, 16)));
+  c.decode_rows = std::max(cap_.decode_rows, round_up_pow2(std::max(want.decode_rows, 16)));
+  c.logit_rows = std::max(cap_.logit_rows, round_up_pow2(std::max(want.logit_rows, 16)));
+  c.ctx = std::max(cap_.ctx, want.ctx > 0 ? round_up_pow2(want.ctx) : 0);
+  const ModelSpec& s = spec_;
+  const size_t N = c.tokens, H = s.hidden_size, nh = s.num_attention_heads;
+  const size_t qk = s.qk_head_dim(), kvd = s.kv_cache_dim(), R = s.kv_lora_rank, vd = s.v_head_dim;
+  const size_t K = std::max(1, s.num_experts_per_tok);
+  residual_.reset(N * H * 4, "residual");
+  xn_.reset(N * H * 2, "hidden");
+  qa_.reset(N * std::max(1, s.q_lora_rank) * 2, "q_a");
+  q_.reset(N * nh * qk * 2, "q");
+  kva_.reset(N * kvd * 2, "kv_a");
+  olat_.reset(size_t(c.decode_rows) * nh * R * 2, "latent attention output");
+  qabs_.reset(size_t(c.decode_rows) * nh * kvd * 2, "absorbed q");
+  attn_v_.reset(N * nh * vd * 2, "attention output");
+  attn_out_.reset(N * H * 2, "o_proj output");
+  g_.reset(N * max_inter_ * 2, "mlp gate");
+  u_.reset(N * max_inter_ * 2, "mlp up");
+  act_.reset(N * max_inter_ * 2, "mlp act");
+  mlp_out_.reset(N * H * 2, "mlp output");
+  shared_out_.reset(N * H * 2, "shared expert output");
+  topk_ids_.reset(size_t(s.num_hidden_layers) * N * K * 4, "routing ids");
+  topk_w_.reset(N * K * 4, "routing weights");
+  size_t max_parts = 0;
+  for (int r = 1; r <= c.decode_rows; ++r) max_parts = std::max(max_parts, size_t(r) * decode_splits(r));
+  part_o_.reset(max_parts * nh * R * 4, "attention partials");
+  part_lse_.reset(max_parts * nh * 4, "attention partial lse");
+  if (c.ctx > 0) {
+    lat_.reset(size_t(c.ctx) * R * 2, "prefill latents");
+    pe_.reset(size_t(c.ctx) * s.qk_rope_head_dim * 2, "prefill rope keys");
+    kvexp_.reset(size_t(c.ctx) * nh * (s.qk_nope_head_dim + vd) * 2, "prefill keys/values");
+  }
+  logits_.reset(size_t(c.logit_rows) * s.vocab_size * 4, "logits");
+  // Matmul workspaces for the largest m any call sees (prefill's kv_b_proj runs over the context).
+  int64_t max_rows = std::max<int64_t>({int64_t(H), int64_t(nh * qk), int64_t(kvd), int64_t(nh * (s.qk_nope_head_dim + vd)),
+                                         max_inter_, int64_t(std::max(1, s.q_lora_rank))});
+  int64_t max_cols = std::max<int64_t>({int64_t(H), int64_t(R), int64_t(nh * vd), max_inter_,
+                                         int64_t(std::max(1, s.q_lora_rank))});
+  const int m_max = std::max(c.tokens, c.ctx);
+  const size_t lw = linear_workspace_bytes(m_max, max_rows, max_cols);
+  linear_ws_.reset(lw, "linear workspace");
+  size_t mw = 0;
+  for (const DeviceLayer& L : w_.layers)
+    if (L.moe) mw = std::max(mw, moe_workspace_bytes(c.tokens, s.num_experts_per_tok, L.experts));
+  moe_ws_.reset(mw, "moe workspace");
+  // Metadata: tokens, positions, slots [N]; seq lens [decode]; logit rows.
+  meta_.reset((3 * N + c.decode_rows + c.logit_rows) * 4, "step metadata");
+  tokens_d_ = meta_.get<int32_t>();
+  positions_d_ = tokens_d_ + N;
+  slots_d_ = positions_d_ + N;
+  seq_lens_d_ = slots_d_ + N;
+  logit_rows_d_ = seq_lens_d_ + c.decode_rows;
+  bt_.reset(size_t(c.decode_rows) * std::max(1, bt_width_) * 4, "block tables");
+  cap_ = c;
+}
+
+void ForwardPass::upload(const StepPlan& plan, cudaStream_t stream) {
+  const int n = static_cast<int>(plan.tokens.size()), nd = plan.decode_rows;
+  int w_step = 1;
+  for (auto& bt : plan.block_tables) w_step = std::max<int>(w_step, bt.size());
+  size_t prefill_blocks = 0;
+  for (auto& p : plan.prefills) prefill_blocks += p.blocks.size();
+  const size_t words = 3 * size_t(n) + nd + plan.logit_rows.size() + size_t(nd) * w_step + prefill_blocks;
+  if (words * 4 > host_meta_bytes_) {
+    if (host_meta_) cudaFreeHost(host_meta_);
+    host_meta_bytes_ = std::max<size_t>(words * 4 * 2, 1 << 16);
+    RS_CUDA(cudaMallocHost(&host_meta_, host_meta_bytes_));
+  }
+  int32_t* h = static_cast<int32_t*>(host_meta_);
+  std::memcpy(h, plan.tokens.data(), n * 4);
+  std::memcpy(h + n, plan.positions.data(), n * 4);
+  std::memcpy(h + 2 * n, plan.slots.data(), n * 4);
+  RS_CUDA(cudaMemcpyAsync(tokens_d_, h, size_t(n) * 4, cudaMemcpyHostToDevice, stream));
+  RS_CUDA(cudaMemcpyAsync(positions_d_, h + n, size_t(n) * 4, cudaMemcpyHostToDevice, stream));
+  RS_CUDA(cudaMemcpyAsync(slots_d_, h + 2 * n, size_t(n) * 4, cudaMemcpyHostToDevice, stream));
+  int32_t* p = h + 3 * n;
+  if (nd > 0) {
+    std::memcpy(p, plan.seq_lens.data(), nd * 4);
+    RS_CUDA(cudaMemcpyAsync(seq_lens_d_, p, size_t(nd) * 4, cudaMemcpyHostToDevice, stream));
+    p += nd;
+    for (int r = 0; r < nd; ++r) {
+      std::memset(p + size_t(r) * w_step, 0, size_t(w_step) * 4);
+      std::memcpy(p + size_t(r) * w_step, plan.block_tables[r].data(), plan.block_tables[r].size() * 4);
+    }
+    RS_CUDA(cudaMemcpy2DAsync(bt_.get(), size_t(bt_width_) * 4, p, size_t(w_step) * 4, size_t(w_step) * 4, nd,
+                              cudaMemcpyHostToDevice, stream));
+    p += size_t(nd) * w_step;
+  }
+  if (!plan.logit_rows.empty()) {
+    std::memcpy(p, plan.logit_rows.data(), plan.logit_rows.size() * 4);
+    RS_CUDA(cudaMemcpyAsync(logit_rows_d_, p, plan.logit_rows.size() * 4, cudaMemcpyHostToDevice, stream));
+    p += plan.logit_rows.size();
+  }
+  prefills_.clear();
+  if (prefill_blocks > 0) {
+    if (prefill_bt_.bytes() < prefill_blocks * 4) prefill_bt_.reset(prefill_blocks * 8, "prefill block tables");
+    size_t off = 0;
+    for (auto& ps : plan.prefills) {
+      std::memcpy(p + off, ps.blocks.data(), ps.blocks.size() * 4);
+      prefills_.push_back(Prefill{ps.row0, ps.T, ps.start, prefill_bt_.get<int32_t>() + off});
+      off += ps.blocks.size();
+    }
+    RS_CUDA(cudaMemcpyAsync(prefill_bt_.get(), p, prefill_blocks * 4, cudaMemcpyHostToDevice, stream));
+  }
+}
+
+void ForwardPass::run(int rows, cudaStream_t stream) { forward(rows, rows, {}, rows, nullptr, stream); }
+
+void ForwardPass::run_eager(const StepPlan& plan, cudaStream_t stream) {
+  forward(static_cast<int>(plan.tokens.size()), plan.decode_rows, prefills_, static_cast<int>(plan.logit_rows.size()),
+          logit_rows_d_, stream);
+}
+
+void ForwardPass::copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& pairs, cudaStream_t stream) {
+  std::vector<int32_t> flat;
+  for (auto [a, b] : pairs) {
+    flat.push_back(a);
+    flat.push_back(b);
+  }
+  if (pairs_.bytes() < flat.size() * 4) pairs_.reset(flat.size() * 8, "block copy list");
+  RS_CUDA(cudaMemcpyAsync(pairs_.get(), flat.data(), flat.size() * 4, cudaMemcpyHostToDevice, stream));
+  KvCopyParams p;
+  p.cache = cache_;
+  p.pairs = pairs_.get<int32_t>();
+  p.count = static_cast<int>(pairs.size());
+  p.layers = spec_.num_hidden_layers;
+  p.layer_stride = layer_stride_;
+  p.block_elems = int64_t(block_size_) * spec_.kv_cache_dim();
+  launch_kv_copy(p, stream);
+  RS_CUDA(cudaStreamSynchronize(stream));  // `flat` is pageable host memory
+}
+
+void ForwardPass::dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloat16* out, cudaStream_t stream) {
+  const LinearWorkspace lws{linear_ws_.get(), linear_ws_.bytes()};
+  linear(m.gate, xn_.get<__nv_bfloat16>(), n, g_.get<__nv_bfloat16>(), lws, stream);
+  linear(m.up, xn_.get<__nv_bfloat16>(), n, u_.get<__nv_bfloat16>(), lws, stream);
+  SiluMulParams a;
+  a.gate = g_.get<__nv_bfloat16>();
+  a.up = u_.get<__nv_bfloat16>();
+  a.out = act_.get<__nv_bfloat16>();
+  a.count = int64_t(n) * inter;
+  launch_silu_mul(a, stream);
+  linear(m.down, act_.get<__nv_bfloat16>(), n, out, lws, stream);
+}
+
+void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>& prefills, cudaStream_t stream) {
+  const ModelSpec& s = spec_;
+  const DeviceLayer& L = w_.layers[layer];
+  const LinearWorkspace lws{linear_ws_.get(), linear_ws_.bytes()};
+  const int nh = s.num_attention_heads, nope = s.qk_nope_head_dim, rope = s.qk_rope_head_dim, vd = s.v_head_dim;
+  const int R = s.kv_lora_rank, kvd = s.kv_cache_dim(), qk = s.qk_head_dim();
+  __nv_bfloat16* xn = xn_.get<__nv_bfloat16>();
+  __nv_bfloat16* q = q_.get<__nv_bfloat16>();
+  if (s.q_lora_rank > 0) {
+    linear(L.q_a, xn, n, qa_.get<__nv_bfloat16>(), lws, stream);
+    RmsNormRowsParams nr;
+    nr.in = nr.out = qa_.get<__nv_bfloat16>();
+    nr.weight = L.q_a_norm;
+    nr.n = n;
+    nr.width = nr.in_stride = nr.out_stride = s.q_lora_rank;
+    nr.eps = kLatentNormEps;
+    launch_rmsnorm_rows(nr, stream);
+    linear(L.q_b, qa_.get<__nv_bfloat16>(), n, q, lws, stream);
+  } else {
+    linear(L.q_proj, xn, n, q, lws, stream);
+  }
+  linear(L.kv_a, xn, n, kva_.get<__nv_bfloat16>(), lws, stream);
+  __nv_bfloat16* cache = cache_ + layer * layer_stride_;
+  KvWriteParams kw;
+  kw.kv_a = kva_.get<__nv_bfloat16>();
+  kw.kv_a_stride = kvd;
+  kw.norm_weight = L.kv_a_norm;
+  kw.eps = kLatentNormEps;
+  kw.positions = positions_d_;
+  kw.slots = slots_d_;
+  kw.cache = cache;
+  kw.n = n;
+  kw.kv_lora = R;
+  kw.rope = rope_;
+  launch_kv_write(kw, stream);
+  RopeQParams rq;
+  rq.q = q;
+  rq.positions = positions_d_;
+  rq.n = n;
+  rq.heads = nh;
+  rq.head_dim = qk;
+  rq.rope = rope_;
+  launch_rope_q(rq, stream);
+  const float scale = static_cast<float>(s.softmax_scale());
+  if (nd > 0) {  // absorbed MQA over the latent cache
+    MlaAbsorbQParams ab;
+    ab.q = q;
+    ab.kv_b = L.kv_b_bf16;
+    ab.out = qabs_.get<__nv_bfloat16>();
+    ab.n = nd;
+    ab.heads = nh;
+    ab.nope = nope;
+    ab.rope = rope;
+    ab.vdim = vd;
+    ab.kv_lora = R;
+    launch_mla_absorb_q(ab, stream);
+    MlaDecodeParams dp;
+    dp.q = qabs_.get<__nv_bfloat16>();
+    dp.cache = cache;
+    dp.block_tables = bt_.get<int32_t>();
+    dp.bt_stride = bt_width_;
+    dp.block_size = block_size_;
+    dp.seq_lens = seq_lens_d_;
+    dp.part_o = part_o_.get<float>();
+    dp.part_lse = part_lse_.get<float>();
+    dp.out = olat_.get<__nv_bfloat16>();
+    dp.batch = nd;
+    dp.heads = nh;
+    dp.splits = decode_splits(nd);
+    dp.kv_lora = R;
+    dp.kv_dim = kvd;
+    dp.scale = scale;
+    launch_mla_decode(dp, stream);
+    MlaVUpParams vu;
+    vu.o_latent = olat_.get<__nv_bfloat16>();
+    vu.kv_b = L.kv_b_bf16;
+    vu.out = attn_v_.get<__nv_bfloat16>();
+    vu.n = nd;
+    vu.heads = nh;
+    vu.nope = nope;
+    vu.vdim = vd;
+    vu.kv_lora = R;
+    launch_mla_v_up(vu, stream);
+  }
+  for (const Prefill& pf : prefills) {  // expanded form over the cached prefix and the chunk
+    const int len = pf.start + pf.T;
+    KvGatherParams g;
+    g.cache = cache;
+    g.block_table = pf.blocks;
+    g.block_size = block_size_;
+    g.len = len;
+    g.kv_lora = R;
+    g.rope = rope;
+    g.latent = lat_.get<__nv_bfloat16>();
+    g.pe = pe_.get<__nv_bfloat16>();
+    launch_kv_gather(g, stream);
+    linear(L.kv_b, lat_.get<__nv_bfloat16>(), len, kvexp_.get<__nv_bfloat16>(), lws, stream);
+    MlaPrefillParams pp;
+    pp.q = q + size_t(pf.row0) * nh * qk;
+    pp.kv = kvexp_.get<__nv_bfloat16>();
+    pp.kpe = pe_.get<__nv_bfloat16>();
+    pp.out = attn_v_.get<__nv_bfloat16>() + size_t(pf.row0) * nh * vd;
+    pp.T = pf.T;
+    pp.start = pf.start;
+    pp.heads = nh;
+    pp.nope = nope;
+    pp.rope = rope;
+    pp.vdim = vd;
+    pp.scale = scale;
+    launch_mla_prefill(pp, stream);
+  }
+  linear(L.o_proj, attn_v_.get<__nv_bfloat16>(), n, attn_out_.get<__nv_bfloat16>(), lws, stream);
+}
+
+void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1) {
+  const ModelSpec& s = spec_;
+  const DeviceLayer& L = w_.layers[layer];
+  if (!L.moe) {
+    dense_mlp(L.dense, n, s.intermediate_size, mlp_out_.get<__nv_bfloat16>(), stream);
+    *d0 = mlp_out_.get<__nv_bfloat16>();
+    *d1 = nullptr;
+    return;
+  }
+  MoeRouterParams r;
+  r.x = xn_.get<__nv_bfloat16>();
+  r.weight = L.router;
+  r.bias = L.router_bias;
+  r.n = n;
+  r.hidden = s.hidden_size;
+  r.experts = s.n_routed_experts;
+  r.top_k = s.num_experts_per_tok;
+  r.n_group = s.n_group;
+  r.topk_group = s.topk_group;
+  r.scoring = s.scoring_func == ScoringFunc::Softmax ? RouterScoring::Softmax : RouterScoring::Sigmoid;
+  r.method = s.topk_method == TopkMethod::Greedy ? RouterTopk::Greedy
+             : s.topk_method == TopkMethod::GroupLimitedGreedy ? RouterTopk::GroupLimitedGreedy
+                                                                : RouterTopk::NoauxTc;
+  const bool v3 = s.model_type == ModelType::DeepseekV3;
+  r.normalize = v3 ? s.norm_topk_prob : (s.norm_topk_prob && s.num_experts_per_tok > 1);
+  r.scale_after_normalize = v3;
+  r.routed_scaling = static_cast<float>(s.routed_scaling_factor);
+  int32_t* ids = const_cast<int32_t*>(topk_ids(layer));
+  r.topk_ids = ids;
+  r.topk_weights = topk_w_.get<float>();
+  launch_moe_router(r, stream);
+  const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
+  moe_experts(L.experts, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
+              mlp_out_.get<__nv_bfloat16>(), mws, stream);
+  *d0 = mlp_out_.get<__nv_bfloat16>();
+  *d1 = nullptr;
+  if (L.has_shared) {
+    dense_mlp(L.shared, n, int64_t(s.moe_intermediate_size) * s.n_shared_experts, shared_out_.get<__nv_bfloat16>(),
+              stream);
+    *d1 = shared_out_.get<__nv_bfloat16>();
+  }
+}
+
+void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, int nlogits,
+                          const int32_t* logit_rows, cudaStream_t stream) {
+  const ModelSpec& s = spec_;
+  EmbedParams e;
+  e.table = w_.embed;
+  e.tokens = tokens_d_;
+  e.residual = residual_.get<float>();
+  e.n = n;
+  e.hidden = s.hidden_size;
+  launch_embed(e, stream);
+  const __nv_bfloat16 *d0 = nullptr, *d1 = nullptr;
+  AddRmsNormParams an;
+  an.residual = residual_.get<float>();
+  an.out = xn_.get<__nv_bfloat16>();
+  an.n = n;
+  an.hidden = s.hidden_size;
+  an.eps = static_cast<float>(s.rms_norm_eps);
+  for (int l = 0; l < s.num_hidden_layers; ++l) {
+    const DeviceLayer& L = w_.layers[l];
+    an.delta0 = d0;
+    an.delta1 = d1;
+    an.weight = L.input_norm;
+    launch_add_rmsnorm(an, stream);
+    attention(l, n, nd, prefills, stream);
+    an.delta0 = attn_out_.get<__nv_bfloat16>();
+    an.delta1 = nullptr;
+    an.weight = L.post_norm;
+    launch_add_rmsnorm(an, stream);
+    mlp(l, n, stream, &d0, &d1);
+  }
+  an.delta0 = d0;
+  an.delta1 = d1;
+  an.weight = w_.final_norm;
+  launch_add_rmsnorm(an, stream);
+  LmHeadParams lh;
+  lh.x = xn_.get<__nv_bfloat16>();
+  lh.rows = logit_rows;
+  lh.w = w_.lm_head;
+  lh.logits = logits_.get<float>();
+  lh.n = nlogits;
+  lh.hidden = s.hidden_size;
+  lh.vocab = s.vocab_size;
+  launch_lm_head(lh, stream);
+  RS_CUDA(cudaGetLastError());
+}
+
+}  // namespace rs::cuda

@@ -1,0 +1,91 @@
+#pragma once
+// The layer sequence of one forward step as kernel launches on a stream. run() is the decode
+// step captured into CUDA graphs (no allocation, no host synchronisation, metadata read from
+// device buffers that upload() refreshes before each launch); run_eager() adds prefill chunks.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_weights.h"
+#include "backend/cuda/linear.h"
+#include "kernels/ops/rope_params.h"
+#include "model/model_spec.h"
+
+namespace rs::cuda {
+
+struct PrefillSeq {
+  int row0 = 0, T = 0, start = 0;
+  std::vector<int32_t> blocks;  // covering [0, start + T)
+};
+
+// Host-side description of one step, in row order (decode rows first).
+struct StepPlan {
+  std::vector<int32_t> tokens, positions, slots;
+  int decode_rows = 0;
+  std::vector<int32_t> seq_lens;                   // [decode_rows]
+  std::vector<std::vector<int32_t>> block_tables;  // [decode_rows]
+  std::vector<PrefillSeq> prefills;
+  std::vector<int32_t> logit_rows;
+  // Pads a decode-only plan to `bucket` rows whose KV writes land in the scratch block.
+  void pad_decode_to(int bucket, int scratch_block, int block_size);
+};
+
+struct Capacity {
+  int tokens = 0, decode_rows = 0, logit_rows = 0, ctx = 0;
+};
+
+class ForwardPass {
+ public:
+  ForwardPass(const ModelSpec& spec, const DeviceWeights& w, const RopeSpec& rope, int num_sms);
+  ~ForwardPass();
+  void set_kv(__nv_bfloat16* cache, int64_t layer_stride, int block_size, int bt_width);
+  // Grows the workspaces; calls on_realloc first when pointers change (graphs must be dropped).
+  void ensure_capacity(const Capacity& c, cudaStream_t stream, const std::function<void()>& on_realloc);
+  void upload(const StepPlan& plan, cudaStream_t stream);
+  void run(int rows, cudaStream_t stream);  // decode-only, logits for every row
+  void run_eager(const StepPlan& plan, cudaStream_t stream);
+  void copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& pairs, cudaStream_t stream);
+  const float* logits() const { return logits_.get<float>(); }
+  const int32_t* topk_ids(int layer) const;
+  int decode_splits(int rows) const;
+
+ private:
+  struct Prefill {
+    int row0, T, start;
+    const int32_t* blocks;  // device
+  };
+  void forward(int n, int nd, const std::vector<Prefill>& prefills, int nlogits, const int32_t* logit_rows,
+               cudaStream_t stream);
+  void attention(int layer, int n, int nd, const std::vector<Prefill>& prefills, cudaStream_t stream);
+  void mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1);
+  void dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloat16* out, cudaStream_t stream);
+
+  const ModelSpec& spec_;
+  const DeviceWeights& w_;
+  RopeSpec rope_;
+  int num_sms_;
+  __nv_bfloat16* cache_ = nullptr;
+  int64_t layer_stride_ = 0;
+  int block_size_ = 0, bt_width_ = 0;
+  Capacity cap_;
+  int64_t max_inter_ = 0;
+  // activations
+  DeviceBuffer residual_, xn_, qa_, q_, kva_, qabs_, olat_, attn_v_, attn_out_;
+  DeviceBuffer g_, u_, act_, mlp_out_, shared_out_, topk_ids_, topk_w_, part_o_, part_lse_;
+  DeviceBuffer lat_, pe_, kvexp_, logits_, linear_ws_, moe_ws_;
+  // step metadata
+  DeviceBuffer meta_, bt_, prefill_bt_;
+  int32_t *tokens_d_ = nullptr, *positions_d_ = nullptr, *slots_d_ = nullptr, *seq_lens_d_ = nullptr,
+          *logit_rows_d_ = nullptr;
+  void* host_meta_ = nullptr;
+  size_t host_meta_bytes_ = 0;
+  std::vector<Prefill> prefills_;
+  DeviceBuffer pairs_;
+};
+
+}  // namespace rs::cuda

@@ -1,0 +1,109 @@
+#include "backend/cuda/gpu_sampler.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace rs::cuda {
+
+GpuSampler::GpuSampler(int vocab) : vocab_(vocab) {}
+
+GpuSampler::~GpuSampler() {
+  if (rows_h_) cudaFreeHost(rows_h_);
+  if (results_h_) cudaFreeHost(results_h_);
+  if (tokens_h_) cudaFreeHost(tokens_h_);
+}
+
+void GpuSampler::enqueue(const float* logits, const std::vector<Request>& reqs, cudaStream_t stream) {
+  const int n = static_cast<int>(reqs.size());
+  logprobs_wanted_.assign(n, -1);
+  if (n == 0) return;
+  if (n > cap_rows_) {
+    RS_CUDA(cudaStreamSynchronize(stream));
+    const int c = std::max(n, 2 * cap_rows_);
+    const size_t per = size_t(c) * vocab_ * 4;
+    work_.reset(per, "sampler work");
+    flags_.reset(per, "sampler flags");
+    counts_.reset(per, "sampler counts");
+    RS_CUDA(cudaMemset(flags_.get(), 0, per));  // the kernel leaves them zero again
+    RS_CUDA(cudaMemset(counts_.get(), 0, per));
+    rows_d_.reset(sizeof(SampleRow) * c, "sampler rows");
+    results_d_.reset(sizeof(SampleResult) * c, "sampler results");
+    if (rows_h_) cudaFreeHost(rows_h_);
+    if (results_h_) cudaFreeHost(results_h_);
+    RS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&rows_h_), sizeof(SampleRow) * c));
+    RS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&results_h_), sizeof(SampleResult) * c));
+    cap_rows_ = c;
+  }
+  static const SamplingParams kGreedy = [] {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+  }();
+  std::vector<int32_t> pool;
+  for (int i = 0; i < n; ++i) {
+    const SamplingState& st = *reqs[i].state;
+    const SamplingParams& p = st.params ? *st.params : kGreedy;
+    SampleRow r;
+    r.temperature = p.temperature;
+    r.top_p = p.top_p;
+    r.min_p = p.min_p;
+    r.presence = p.presence_penalty;
+    r.frequency = p.frequency_penalty;
+    r.repetition = p.repetition_penalty;
+    r.top_k = p.top_k;
+    r.logprobs = std::min(p.logprobs, kMaxTopLogprobs);
+    r.uniform = p.temperature < 1e-5f ? 0.f : sampling_uniform(p.seed, st.draw_index);
+    r.logits_row = reqs[i].logits_row;
+    if (p.repetition_penalty != 1.0f) {
+      r.prompt_off = static_cast<int>(pool.size());
+      r.prompt_len = static_cast<int>(st.prompt_tokens.size());
+      pool.insert(pool.end(), st.prompt_tokens.begin(), st.prompt_tokens.end());
+    }
+    if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+      r.output_off = static_cast<int>(pool.size());
+      r.output_len = static_cast<int>(st.output_tokens.size());
+      pool.insert(pool.end(), st.output_tokens.begin(), st.output_tokens.end());
+    }
+    rows_h_[i] = r;
+    logprobs_wanted_[i] = p.logprobs;
+  }
+  if (pool.size() > tokens_cap_) {
+    RS_CUDA(cudaStreamSynchronize(stream));
+    tokens_cap_ = std::max(pool.size(), 2 * tokens_cap_);
+    tokens_d_.reset(tokens_cap_ * 4, "sampler tokens");
+    if (tokens_h_) cudaFreeHost(tokens_h_);
+    RS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&tokens_h_), tokens_cap_ * 4));
+  }
+  if (!pool.empty()) {
+    std::memcpy(tokens_h_, pool.data(), pool.size() * 4);
+    RS_CUDA(cudaMemcpyAsync(tokens_d_.get(), tokens_h_, pool.size() * 4, cudaMemcpyHostToDevice, stream));
+  }
+  RS_CUDA(cudaMemcpyAsync(rows_d_.get(), rows_h_, sizeof(SampleRow) * n, cudaMemcpyHostToDevice, stream));
+  SamplingParamsDev d;
+  d.logits = logits;
+  d.vocab = vocab_;
+  d.n = n;
+  d.rows = rows_d_.get<SampleRow>();
+  d.tokens = tokens_d_.get<int32_t>();
+  d.work = work_.get<float>();
+  d.flags = flags_.get<int32_t>();
+  d.counts = counts_.get<int32_t>();
+  d.out = results_d_.get<SampleResult>();
+  launch_sampling(d, stream);
+  RS_CUDA(cudaGetLastError());
+  RS_CUDA(cudaMemcpyAsync(results_h_, results_d_.get(), sizeof(SampleResult) * n, cudaMemcpyDeviceToHost, stream));
+}
+
+std::vector<SampledToken> GpuSampler::collect() const {
+  std::vector<SampledToken> out(logprobs_wanted_.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const SampleResult& r = results_h_[i];
+    out[i].id = r.id;
+    out[i].logprob = r.logprob;
+    const int ntop = std::min(logprobs_wanted_[i], kMaxTopLogprobs);
+    for (int k = 0; k < ntop; ++k) out[i].top.push_back({r.top_ids[k], r.top_logprobs[k]});
+  }
+  return out;
+}
+
+}  // namespace rs::cuda
