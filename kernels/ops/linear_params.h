@@ -26,6 +26,12 @@ struct MoeExperts {
   const DeviceMatrix* gate = nullptr;  // [num_experts] each [inter, hidden]
   const DeviceMatrix* up = nullptr;    // [num_experts] each [inter, hidden]
   const DeviceMatrix* down = nullptr;  // [num_experts] each [hidden, inter]
+  // All expert matrices share one type, held here on the host because the arrays above live on
+  // the device and cannot be read while a graph is being captured (matmul room, additive).
+  WeightType type = WeightType::BF16;
 };
+// Shared experts are not part of MoeExperts: run them as dense linear() calls over the
+// concatenated [gate; up] weight ([2 * n_shared * inter, hidden]), swiglu(), then linear() over
+// down ([hidden, n_shared * inter]), and add the result to moe_experts()' output.
 
 }  // namespace rs::cuda

@@ -4,4 +4,5 @@ namespace CLI { class App; }
 namespace rs::bench {
 void add_forward(CLI::App& bench);    // src/bench/forward.cpp
 void add_allreduce(CLI::App& bench);  // src/bench/allreduce.cpp
+void add_linear(CLI::App& bench);     // src/bench/linear.cpp
 }  // namespace rs::bench

@@ -9,5 +9,6 @@ void add_bench(CLI::App& app) {
   bench->require_subcommand(1);
   bench::add_forward(*bench);
   bench::add_allreduce(*bench);
+  bench::add_linear(*bench);
 }
 }  // namespace rs::cli

@@ -35,4 +35,13 @@ void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int t
                  const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
                  const MoeWorkspace& ws, cudaStream_t stream);
 
+// h[m, inter] = silu(gu[:, :inter]) * gu[:, inter:], gu = [m, 2 * inter] (bf16): the shared
+// experts' activation between linear([gate; up]) and linear(down). (matmul room, additive)
+void swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStream_t stream);
+
+// Load-time check of an expert set (copies the device arrays of DeviceMatrix back, so not for
+// use inside graph capture): every gate/up is [inter, hidden], every down [hidden, inter], all
+// of experts.type, FP8 with scales. Throws rs::Error naming expert, matrix and field.
+void validate_moe_experts(const MoeExperts& experts);
+
 }  // namespace rs::cuda

@@ -1,0 +1,85 @@
+#pragma once
+// Conversions and wide loads shared by the matmul kernels. Weights stream through once per step,
+// so they are read with 16-byte non-coherent loads that skip L1 allocation; activations are small
+// and re-read by many warps, so they use the ordinary read-only path (kept in L1/L2).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace rs::kern {
+
+// 16 bytes of weights that no one else touches during the kernel: do not pollute L1.
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// 16 bytes of activations: read-only cached path.
+__device__ __forceinline__ uint4 ld_cached16(const void* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits.
+__device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+
+// Dot product of 8 bf16 weights with 8 bf16 activations, fp32 accumulation.
+__device__ __forceinline__ float dot8_bf16(const uint4& w, const uint4& x, float acc) {
+  acc = fmaf(bf16_lo(w.x), bf16_lo(x.x), acc);
+  acc = fmaf(bf16_hi(w.x), bf16_hi(x.x), acc);
+  acc = fmaf(bf16_lo(w.y), bf16_lo(x.y), acc);
+  acc = fmaf(bf16_hi(w.y), bf16_hi(x.y), acc);
+  acc = fmaf(bf16_lo(w.z), bf16_lo(x.z), acc);
+  acc = fmaf(bf16_hi(w.z), bf16_hi(x.z), acc);
+  acc = fmaf(bf16_lo(w.w), bf16_lo(x.w), acc);
+  acc = fmaf(bf16_hi(w.w), bf16_hi(x.w), acc);
+  return acc;
+}
+
+// Two e4m3 values (low 16 bits of v) -> two fp32. e4m3 is exactly representable in fp16, and
+// sm_90 converts e4m3x2 -> f16x2 in one instruction.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t v) {
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu),
+                                             __NV_E4M3);
+  return __half22float2(*reinterpret_cast<__half2*>(&h));
+}
+
+// Dot product of 4 e4m3 weights (one 32-bit word) with 4 bf16 activations (two words).
+__device__ __forceinline__ float dot4_e4m3(uint32_t w, uint32_t x01, uint32_t x23, float acc) {
+  float2 a = e4m3x2_to_float2(w);
+  float2 b = e4m3x2_to_float2(w >> 16);
+  acc = fmaf(a.x, bf16_lo(x01), acc);
+  acc = fmaf(a.y, bf16_hi(x01), acc);
+  acc = fmaf(b.x, bf16_lo(x23), acc);
+  acc = fmaf(b.y, bf16_hi(x23), acc);
+  return acc;
+}
+
+// 16 e4m3 weights against 16 bf16 activations held in two uint4.
+__device__ __forceinline__ float dot16_e4m3(const uint4& w, const uint4& x0, const uint4& x1) {
+  float acc = 0.f;
+  acc = dot4_e4m3(w.x, x0.x, x0.y, acc);
+  acc = dot4_e4m3(w.y, x0.z, x0.w, acc);
+  acc = dot4_e4m3(w.z, x1.x, x1.y, acc);
+  acc = dot4_e4m3(w.w, x1.z, x1.w, acc);
+  return acc;
+}
+
+// Two fp32 -> packed bf16x2 (round to nearest even), low half = a.
+__device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// Four e4m3 (one word) scaled by s -> four bf16 (two words). Used where tensor cores take bf16.
+__device__ __forceinline__ uint2 e4m3x4_to_bf16x4(uint32_t w, float s) {
+  float2 a = e4m3x2_to_float2(w);
+  float2 b = e4m3x2_to_float2(w >> 16);
+  return make_uint2(pack_bf16x2(a.x * s, a.y * s), pack_bf16x2(b.x * s, b.y * s));
+}
+
+}  // namespace rs::kern

@@ -1,0 +1,145 @@
+#pragma once
+// Routed-expert FFN for a few tokens (decode, m <= kExpertGemvMaxTokens), in two kernels:
+//   gate_up: block (row group, active expert a): h[a, t, :] = silu(gate_e x_t) * up_e x_t
+//   down:    block (row group):                  out[t, :] = sum_a w[t, a] * down_e h[a, t]
+// Grids are fixed by m alone (graph capture); every block derives the routing itself from the
+// <= m*top_k ids (a bitmask over experts, so active experts come out in ascending id order),
+// and blocks whose active index exceeds the number of distinct experts exit at once. Each
+// selected expert's rows are loaded once per call whatever m is: a warp holds its rows in
+// registers and runs all tokens of that expert against them.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/ops/gemv.cuh"
+#include "kernels/ops/swiglu.cuh"
+#include "kernels/ops/matmul_launch.h"
+
+namespace rs::kern {
+
+constexpr int kMaxActiveSmall = kExpertGemvMaxTokens * kMaxTopK;
+
+// Routing of <= kExpertGemvMaxTokens tokens, in shared memory.
+struct SmallRouting {
+  uint32_t mask[kMaxExperts / 32];
+  int n_active;
+  int expert[kMaxActiveSmall];               // active index -> expert id, ascending
+  uint32_t tokens[kMaxActiveSmall];          // bit t: token t selected this expert
+  float weight[kExpertGemvMaxTokens][kMaxActiveSmall];
+};
+
+// Ids outside [0, num_experts) select nothing (the host validates the router's output range).
+__device__ __forceinline__ void small_routing(const ExpertGemvParams& p, SmallRouting& sr) {
+  const int n = p.m * p.top_k;
+  const int E = p.experts.num_experts;
+  for (int i = threadIdx.x; i < kMaxExperts / 32; i += blockDim.x) sr.mask[i] = 0;
+  for (int i = threadIdx.x; i < kMaxActiveSmall; i += blockDim.x) {
+    sr.tokens[i] = 0;
+    for (int t = 0; t < kExpertGemvMaxTokens; ++t) sr.weight[t][i] = 0.f;
+  }
+  __syncthreads();
+  int e = -1;
+  if (threadIdx.x < n) {
+    e = __ldg(p.topk_ids + threadIdx.x);
+    if (e >= 0 && e < E) atomicOr(&sr.mask[e >> 5], 1u << (e & 31));
+    else e = -1;
+  }
+  __syncthreads();
+  if (e >= 0) {
+    int a = __popc(sr.mask[e >> 5] & ((1u << (e & 31)) - 1u));
+    for (int wd = 0; wd < (e >> 5); ++wd) a += __popc(sr.mask[wd]);
+    const int t = threadIdx.x / p.top_k;
+    sr.expert[a] = e;
+    atomicOr(&sr.tokens[a], 1u << t);
+    atomicAdd(&sr.weight[t][a], __ldg(p.topk_weights + threadIdx.x));
+  }
+  if (threadIdx.x == 0) {
+    int c = 0;
+    for (int wd = 0; wd < (E + 31) / 32; ++wd) c += __popc(sr.mask[wd]);
+    sr.n_active = c;
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ float silu(float g) { return silu_f32(g); }
+
+// Block (blockIdx.x = group of kGemvWarps*RPW intermediate rows, blockIdx.y = active index).
+template <bool kFp8, int RPW, int MT, int U>
+__device__ __forceinline__ void expert_gemv_gate_up_op(const ExpertGemvParams& p, SmallRouting& sr) {
+  small_routing(p, sr);
+  const int a = blockIdx.y;
+  if (a >= sr.n_active) return;
+  const int e = sr.expert[a];
+  const uint32_t sel = sr.tokens[a];
+  const rs::cuda::DeviceMatrix gate = p.experts.gate[e];
+  const rs::cuda::DeviceMatrix up = p.experts.up[e];
+  const int inter = p.experts.inter, hidden = p.experts.hidden;
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * RPW;
+  if (row0 >= inter) return;
+  WeightRow rows[2 * RPW];  // RPW gate rows, then the same RPW up rows
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    rows[r] = weight_row(gate, row0 + r, kFp8);
+    rows[RPW + r] = weight_row(up, row0 + r, kFp8);
+  }
+  const __nv_bfloat16* xr[MT];
+#pragma unroll
+  for (int t = 0; t < MT; ++t) xr[t] = (t < p.m && (sel >> t & 1u)) ? p.x + (int64_t)t * hidden : nullptr;
+  float part[2 * RPW][MT];
+  gemv_warp_partial<kFp8, 2 * RPW, MT, U>(rows, xr, hidden, gate.block_cols, part);
+#pragma unroll
+  for (int r = 0; r < RPW; ++r)
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const float g = warp_sum(part[r][t]);
+      const float u = warp_sum(part[RPW + r][t]);
+      if (lane == ((r * MT + t) & 31) && xr[t] && row0 + r < inter)
+        p.h[((int64_t)a * p.m + t) * inter + row0 + r] = __float2bfloat16_rn(silu(g) * u);
+    }
+}
+
+// Block (blockIdx.x = group of kGemvWarps*RPW hidden rows): loops over the active experts.
+template <bool kFp8, int RPW, int MT, int U>
+__device__ __forceinline__ void expert_gemv_down_op(const ExpertGemvParams& p, SmallRouting& sr) {
+  small_routing(p, sr);
+  const int inter = p.experts.inter, hidden = p.experts.hidden;
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * RPW;
+  if (row0 >= hidden) return;
+  float acc[RPW][MT];
+#pragma unroll
+  for (int r = 0; r < RPW; ++r)
+#pragma unroll
+    for (int t = 0; t < MT; ++t) acc[r][t] = 0.f;
+  for (int a = 0; a < sr.n_active; ++a) {
+    const rs::cuda::DeviceMatrix down = p.experts.down[sr.expert[a]];
+    const uint32_t sel = sr.tokens[a];
+    WeightRow rows[RPW];
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) rows[r] = weight_row(down, row0 + r, kFp8);
+    const __nv_bfloat16* hr[MT];
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+      hr[t] = (t < p.m && (sel >> t & 1u)) ? p.h + ((int64_t)a * p.m + t) * inter : nullptr;
+    float part[RPW][MT];
+    gemv_warp_partial<kFp8, RPW, MT, U>(rows, hr, inter, down.block_cols, part);
+    // The routing weight is linear in the dot product, so lanes apply it before the reduction.
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const float wt = t < kExpertGemvMaxTokens ? sr.weight[t][a] : 0.f;
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) acc[r][t] = fmaf(wt, part[r][t], acc[r][t]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RPW; ++r)
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == ((r * MT + t) & 31) && t < p.m && row0 + r < hidden)
+        p.out[(int64_t)t * hidden + row0 + r] = __float2bfloat16_rn(v);
+    }
+}
+
+}  // namespace rs::kern

@@ -1,0 +1,144 @@
+// __global__ wrappers and launchers for the dense matmul ops (gemv.cuh, gemm.cuh, swiglu.cuh).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/ops/gemm.cuh"
+#include "kernels/ops/gemv.cuh"
+#include "kernels/ops/matmul_launch.h"
+#include "kernels/ops/swiglu.cuh"
+
+namespace rs::kern {
+namespace {
+
+template <bool kFp8, int RPW, int MT, int U>
+__global__ void __launch_bounds__(kGemvThreads, 1) gemv_dense_kernel(rs::cuda::DeviceMatrix w,
+                                                                  const __nv_bfloat16* x, int m,
+                                                                  __nv_bfloat16* y) {
+  gemv_dense_op<kFp8, RPW, MT, U>(w, x, m, y);
+}
+
+__global__ void __launch_bounds__(kGemvThreads) gemv_scalar_kernel(rs::cuda::DeviceMatrix w,
+                                                                   const __nv_bfloat16* x, int m,
+                                                                   __nv_bfloat16* y) {
+  gemv_scalar_op(w, x, m, y);
+}
+
+template <bool kFp8, int BN>
+__global__ void __launch_bounds__(mma::THREADS, 2) gemm_dense_kernel(DenseGemmParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  dense_gemm_op<kFp8, BN>(p, smem);
+}
+
+__global__ void splitk_reduce_kernel(const float* partial, int splits, int64_t n, __nv_bfloat16* y) {
+  splitk_reduce_op(partial, splits, n, y);
+}
+
+__global__ void swiglu_kernel(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h) {
+  swiglu_op(gu, m, inter, h);
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
+  x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27; x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_random_kernel(uint16_t* p, size_t n16, uint64_t seed, bool fp8) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n16; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = mix64(seed * 0x9e3779b97f4a7c15ULL + i);
+    if (fp8) {
+      auto byte = [](uint64_t b) {
+        const uint32_t e = uint32_t(b % 11), m = uint32_t((b >> 8) & 7), s = uint32_t((b >> 12) & 1);
+        const uint32_t v = (s << 7) | (e << 3) | m;
+        return (v & 0x7f) == 0 ? 0x38u : v;
+      };
+      p[i] = uint16_t(byte(r) | (byte(r >> 16) << 8));
+    } else {
+      const float f = 0.01f + 0.99f * float(r >> 40) * (1.0f / 16777216.0f);
+      p[i] = __bfloat16_as_ushort(__float2bfloat16_rn((r & 1) ? -f : f));
+    }
+  }
+}
+
+int blocks_for(int64_t work_items, int items_per_block, int sm_count, int max_waves) {
+  const int64_t need = (work_items + items_per_block - 1) / items_per_block;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(need, int64_t(sm_count) * max_waves)));
+}
+
+template <bool kFp8, int RPW>
+void gemv_dense_mt(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
+                   __nv_bfloat16* y, int sm_count, cudaStream_t s) {
+  constexpr int U = kFp8 ? 4 : 8;
+  const int grid = blocks_for((w.rows + RPW - 1) / RPW, kGemvWarps, sm_count, 32);
+  if (m <= 1) gemv_dense_kernel<kFp8, RPW, 1, U><<<grid, kGemvThreads, 0, s>>>(w, x, m, y);
+  else if (m <= 2) gemv_dense_kernel<kFp8, RPW, 2, U><<<grid, kGemvThreads, 0, s>>>(w, x, m, y);
+  else if (m <= 4) gemv_dense_kernel<kFp8, RPW, 4, U><<<grid, kGemvThreads, 0, s>>>(w, x, m, y);
+  else gemv_dense_kernel<kFp8, RPW, 8, U><<<grid, kGemvThreads, 0, s>>>(w, x, m, y);
+}
+
+template <bool kFp8, int BN>
+void gemm_dense_bn(const DenseGemmParams& p, int splits, cudaStream_t s) {
+  constexpr int smem = mma::SmemLayout<kFp8, BN>::bytes;
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      gemm_dense_kernel<kFp8, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  (void)attr;  // a failure shows up as a launch error, which the caller checks
+  const dim3 grid(static_cast<unsigned>((p.w.rows + mma::BM - 1) / mma::BM),
+                  static_cast<unsigned>((p.m + BN - 1) / BN), static_cast<unsigned>(splits));
+  gemm_dense_kernel<kFp8, BN><<<grid, mma::THREADS, smem, s>>>(p);
+}
+
+template <bool kFp8>
+void gemm_dense_typed(const DenseGemmParams& p, int bn, int splits, cudaStream_t s) {
+  switch (bn) {
+    case 16: gemm_dense_bn<kFp8, 16>(p, splits, s); break;
+    case 32: gemm_dense_bn<kFp8, 32>(p, splits, s); break;
+    case 64: gemm_dense_bn<kFp8, 64>(p, splits, s); break;
+    default: gemm_dense_bn<kFp8, 128>(p, splits, s); break;
+  }
+}
+
+}  // namespace
+
+void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
+                       __nv_bfloat16* y, int sm_count, cudaStream_t s) {
+  // Two rows per warp doubles the loads in flight, but only pays when there are enough rows
+  // to give every SM several warps.
+  const bool two_rows = w.rows >= int64_t(sm_count) * kGemvWarps * 2 * 2;
+  const bool fp8 = w.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
+  if (fp8) {
+    if (two_rows) gemv_dense_mt<true, 2>(w, x, m, y, sm_count, s);
+    else gemv_dense_mt<true, 1>(w, x, m, y, sm_count, s);
+  } else {
+    if (two_rows) gemv_dense_mt<false, 2>(w, x, m, y, sm_count, s);
+    else gemv_dense_mt<false, 1>(w, x, m, y, sm_count, s);
+  }
+}
+
+void launch_gemv_scalar(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
+                        __nv_bfloat16* y, int sm_count, cudaStream_t s) {
+  const int grid = blocks_for(w.rows * m, kGemvWarps, sm_count, 32);
+  gemv_scalar_kernel<<<grid, kGemvThreads, 0, s>>>(w, x, m, y);
+}
+
+void launch_gemm_dense(const DenseGemmParams& p, int tile_tokens, int splits, cudaStream_t s) {
+  if (p.w.type == rs::cuda::WeightType::FP8_E4M3_BLOCK) gemm_dense_typed<true>(p, tile_tokens, splits, s);
+  else gemm_dense_typed<false>(p, tile_tokens, splits, s);
+  if (splits > 1) {
+    const int64_t n = int64_t(p.m) * p.w.rows;
+    const int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
+    splitk_reduce_kernel<<<grid, 256, 0, s>>>(p.partial, splits, n, p.y);
+  }
+}
+
+void launch_fill_random(void* p, size_t bytes, uint64_t seed, bool fp8, cudaStream_t s) {
+  fill_random_kernel<<<4096, 256, 0, s>>>(static_cast<uint16_t*>(p), bytes / 2, seed, fp8);
+}
+
+void launch_swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStream_t s) {
+  const int64_t n = int64_t(m) * inter;
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 4096)));
+  swiglu_kernel<<<grid, 256, 0, s>>>(gu, m, inter, h);
+}
+
+}  // namespace rs::kern

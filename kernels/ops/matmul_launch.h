@@ -1,0 +1,79 @@
+#pragma once
+// Host-visible side of the matmul kernels: the params structs the device ops read (one
+// definition, shared by host and device) and the launch functions defined in
+// kernels/ops/linear_kernels.cu and kernels/ops/moe_kernels.cu. Plain C++: src/ includes it.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/ops/linear_params.h"
+
+namespace rs::kern {
+
+constexpr int kGemvMaxTokens = 8;        // linear(): m above this goes to the tensor-core GEMM
+constexpr int kExpertGemvMaxTokens = 8;  // moe_experts(): likewise
+constexpr int kMaxExperts = 1024;        // routing bitmask / one group thread per expert
+constexpr int kMaxTopK = 16;
+
+struct DenseGemmParams {
+  rs::cuda::DeviceMatrix w;
+  const __nv_bfloat16* x = nullptr;  // [m, w.cols]
+  int m = 0;
+  int64_t k_per_split = 0;           // multiple of the GEMM's BK
+  __nv_bfloat16* y = nullptr;        // [m, w.rows], when there is one split
+  float* partial = nullptr;          // [splits, m, w.rows], when there are several
+};
+
+struct ExpertGemvParams {
+  rs::cuda::MoeExperts experts;
+  const __nv_bfloat16* x = nullptr;  // [m, hidden]
+  int m = 0, top_k = 0;
+  const int* topk_ids = nullptr;        // [m, top_k]
+  const float* topk_weights = nullptr;  // [m, top_k]
+  __nv_bfloat16* h = nullptr;           // [min(E, m*top_k), m, inter] workspace
+  __nv_bfloat16* out = nullptr;         // [m, hidden]
+};
+
+struct ExpertGemmParams {
+  rs::cuda::MoeExperts experts;
+  const __nv_bfloat16* x = nullptr;     // [m, hidden]
+  int m = 0, top_k = 0;
+  const int* topk_ids = nullptr;        // [m, top_k]
+  const float* topk_weights = nullptr;  // [m, top_k]
+  int tile_tokens = 0;                  // BN of the GEMM instantiation
+  int max_tiles = 0;                    // ceil(m*top_k / BN) + min(E, m*top_k)
+  // workspace
+  int* pair_token = nullptr;   // [m*top_k] token of pair p (pairs in expert order)
+  int* pair_of = nullptr;      // [m*top_k] slot (t*top_k + j) -> pair p, or -1 for an invalid id
+  int* tile_expert = nullptr;  // [max_tiles]
+  int* tile_p0 = nullptr;      // [max_tiles] first pair of the tile
+  int* tile_n = nullptr;       // [max_tiles] pairs in the tile (<= tile_tokens)
+  int* n_tiles = nullptr;      // [1]
+  __nv_bfloat16* h = nullptr;  // [m*top_k, inter]
+  __nv_bfloat16* y = nullptr;  // [m*top_k, hidden]
+  __nv_bfloat16* out = nullptr;  // [m, hidden]
+};
+
+// Dense, m <= kGemvMaxTokens, vector path (cols % chunk == 0, 16-byte aligned rows).
+void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
+                       __nv_bfloat16* y, int sm_count, cudaStream_t stream);
+// Dense, any shape or alignment, slow: the fallback for odd widths.
+void launch_gemv_scalar(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
+                        __nv_bfloat16* y, int sm_count, cudaStream_t stream);
+// Dense tensor-core GEMM; tile_tokens in {16, 32, 64, 128}; splits > 1 needs p.partial.
+constexpr int kGemmBM = 128, kGemmBK = 32;
+void launch_gemm_dense(const DenseGemmParams& p, int tile_tokens, int splits, cudaStream_t stream);
+
+void launch_expert_gemv(const ExpertGemvParams& p, bool fp8, cudaStream_t stream);
+void launch_expert_gemm(const ExpertGemmParams& p, bool fp8, cudaStream_t stream);
+
+// h[t, i] = silu(gu[t, i]) * gu[t, inter + i]: the shared experts' activation when they run as
+// linear() over concatenated [gate; up] weights.
+void launch_swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStream_t stream);
+
+// Benchmarks and tests: fill `bytes` with random non-zero bf16 in +-[0.01, 1) or, for FP8,
+// e4m3 with exponents 0..10 (never NaN), from `seed`.
+void launch_fill_random(void* p, size_t bytes, uint64_t seed, bool fp8, cudaStream_t stream);
+
+}  // namespace rs::kern

@@ -1,0 +1,276 @@
+// Host dispatch of the matmul kernels: validates the operands (clear rs::Error, never a device
+// fault), picks GEMV or tensor-core GEMM by the number of token rows, sizes split-K, and carves
+// workspaces. Nothing here allocates or synchronises, so every call can be graph-captured.
+#include "backend/cuda/linear.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/ops/matmul_launch.h"
+
+namespace rs::cuda {
+namespace {
+
+using kern::kGemmBK;
+using kern::kGemmBM;
+
+std::string describe(const DeviceMatrix& w) {
+  return std::string(w.type == WeightType::BF16 ? "bf16" : "fp8-e4m3") + " [" +
+         std::to_string(w.rows) + " x " + std::to_string(w.cols) + "]";
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+int sm_count() {
+  static int cached[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    cudaGetLastError();
+    throw Error("linear: no current CUDA device");
+  }
+  if (cached[dev] == 0) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+      throw Error("linear: cannot read the multiprocessor count of device " + std::to_string(dev));
+    cached[dev] = n;
+  }
+  return cached[dev];
+}
+
+void check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw Error(std::string(what) + ": kernel launch failed: " + cudaGetErrorString(err));
+}
+
+void check_matrix(const DeviceMatrix& w, const std::string& what) {
+  if (w.rows <= 0 || w.cols <= 0)
+    throw Error(what + ": weight shape must be positive, got " + describe(w));
+  if (!w.data) throw Error(what + ": weight " + describe(w) + " has no data pointer");
+  if (w.type != WeightType::BF16 && w.type != WeightType::FP8_E4M3_BLOCK)
+    throw Error(what + ": unknown weight type " + std::to_string(int(w.type)));
+  if (w.type == WeightType::FP8_E4M3_BLOCK) {
+    if (!w.scale_inv) throw Error(what + ": FP8 weight " + describe(w) + " has no scale_inv");
+    if (w.block_rows <= 0 || w.block_cols <= 0)
+      throw Error(what + ": FP8 weight " + describe(w) + " has block size " +
+                  std::to_string(w.block_rows) + "x" + std::to_string(w.block_cols));
+  }
+}
+
+// The 16-byte paths need whole chunks per row, aligned rows, and FP8 scale blocks that a
+// 16-element chunk never straddles.
+bool vector_path_ok(const DeviceMatrix& w, const void* x) {
+  const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
+  const int64_t chunk = fp8 ? 16 : 8;
+  return w.cols % chunk == 0 && aligned16(w.data) && aligned16(x) && (!fp8 || w.block_cols % 16 == 0);
+}
+
+int tile_tokens_for(int64_t tokens_per_tile) {
+  if (tokens_per_tile <= 16) return 16;
+  if (tokens_per_tile <= 32) return 32;
+  if (tokens_per_tile <= 64) return 64;
+  return 128;
+}
+
+constexpr int kMaxSplits = 8;
+
+size_t align_up(size_t v) { return (v + 255) & ~size_t(255); }
+
+// Byte layout of the many-token MoE workspace; one definition for sizing and for carving.
+struct ExpertGemmLayout {
+  size_t pair_token, pair_of, tile_expert, tile_p0, tile_n, n_tiles, h, y, bytes;
+  int max_tiles;
+  ExpertGemmLayout(int m, int top_k, int num_experts, int hidden, int inter, int tile_tokens) {
+    const int64_t P = int64_t(m) * top_k;
+    max_tiles = static_cast<int>((P + tile_tokens - 1) / tile_tokens + std::min<int64_t>(num_experts, P));
+    size_t o = 0;
+    pair_token = o; o += align_up(P * 4);
+    pair_of = o; o += align_up(P * 4);
+    tile_expert = o; o += align_up(size_t(max_tiles) * 4);
+    tile_p0 = o; o += align_up(size_t(max_tiles) * 4);
+    tile_n = o; o += align_up(size_t(max_tiles) * 4);
+    n_tiles = o; o += align_up(4);
+    h = o; o += align_up(P * inter * 2);
+    y = o; o += align_up(P * hidden * 2);
+    bytes = o;
+  }
+};
+
+size_t expert_gemv_bytes(int m, int top_k, int num_experts, int inter) {
+  const int64_t active = std::min<int64_t>(num_experts, int64_t(m) * top_k);
+  return align_up(active * m * inter * 2);
+}
+
+void check_experts(const MoeExperts& e, int top_k) {
+  if (e.num_experts <= 0 || e.num_experts > kern::kMaxExperts)
+    throw Error("moe_experts: num_experts must be in [1, " + std::to_string(kern::kMaxExperts) +
+                "], got " + std::to_string(e.num_experts));
+  if (e.hidden <= 0 || e.inter <= 0 || e.hidden % 16 != 0 || e.inter % 16 != 0)
+    throw Error("moe_experts: hidden and inter must be positive multiples of 16, got hidden=" +
+                std::to_string(e.hidden) + " inter=" + std::to_string(e.inter));
+  if (!e.gate || !e.up || !e.down) throw Error("moe_experts: gate/up/down expert arrays must be set");
+  if (e.type != WeightType::BF16 && e.type != WeightType::FP8_E4M3_BLOCK)
+    throw Error("moe_experts: unknown weight type " + std::to_string(int(e.type)));
+  if (top_k <= 0 || top_k > kern::kMaxTopK)
+    throw Error("moe_experts: top_k must be in [1, " + std::to_string(kern::kMaxTopK) + "], got " +
+                std::to_string(top_k));
+}
+
+}  // namespace
+
+size_t linear_workspace_bytes(int m_max, int64_t max_rows, int64_t max_cols) {
+  (void)max_cols;
+  // Split-K runs only when the row x token tiles number fewer than the SMs, which bounds the
+  // partials by kMaxSplits x SMs x one 128 x 128 tile.
+  const int64_t per_split = std::min<int64_t>(int64_t(std::max(m_max, 0)) * max_rows,
+                                              int64_t(sm_count()) * kGemmBM * 128);
+  return align_up(size_t(kMaxSplits) * per_split * sizeof(float));
+}
+
+void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16* y,
+            const LinearWorkspace& ws, cudaStream_t stream) {
+  check_matrix(w, "linear");
+  if (m < 0) throw Error("linear: m must be >= 0, got " + std::to_string(m));
+  if (m == 0) return;
+  if (!x || !y) throw Error("linear: x and y must be device pointers");
+  const int sms = sm_count();
+  if (!vector_path_ok(w, x)) {
+    kern::launch_gemv_scalar(w, x, m, y, sms, stream);
+    check_launch("linear (scalar path)");
+    return;
+  }
+  if (m <= kern::kGemvMaxTokens) {
+    kern::launch_gemv_dense(w, x, m, y, sms, stream);
+    check_launch("linear (gemv)");
+    return;
+  }
+  const int bn = tile_tokens_for(m);
+  const int64_t tiles = ((w.rows + kGemmBM - 1) / kGemmBM) * ((m + bn - 1) / bn);
+  const int64_t k_tiles = (w.cols + kGemmBK - 1) / kGemmBK;
+  int64_t splits = 1;
+  if (tiles < sms) {
+    // Enough splits for about two blocks per SM, each keeping at least 4 k-tiles.
+    splits = std::min<int64_t>({kMaxSplits, (2 * sms + tiles - 1) / tiles, std::max<int64_t>(1, k_tiles / 4)});
+    const int64_t partial_bytes = int64_t(m) * w.rows * int64_t(sizeof(float));
+    if (!ws.ptr) splits = 1;
+    else splits = std::min<int64_t>(splits, int64_t(ws.bytes) / partial_bytes);
+    splits = std::max<int64_t>(splits, 1);
+  }
+  kern::DenseGemmParams p;
+  p.w = w;
+  p.x = x;
+  p.m = m;
+  p.y = y;
+  p.k_per_split = ((k_tiles + splits - 1) / splits) * kGemmBK;
+  splits = (w.cols + p.k_per_split - 1) / p.k_per_split;
+  p.partial = splits > 1 ? static_cast<float*>(ws.ptr) : nullptr;
+  kern::launch_gemm_dense(p, bn, static_cast<int>(splits), stream);
+  check_launch("linear (gemm)");
+}
+
+void swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStream_t stream) {
+  if (m < 0 || inter <= 0) throw Error("swiglu: bad shape m=" + std::to_string(m) + " inter=" + std::to_string(inter));
+  if (m == 0) return;
+  if (!gu || !h) throw Error("swiglu: null pointer");
+  kern::launch_swiglu(gu, m, inter, h, stream);
+  check_launch("swiglu");
+}
+
+size_t moe_workspace_bytes(int m_max, int top_k, const MoeExperts& experts) {
+  check_experts(experts, top_k);
+  const int m_small = std::min(std::max(m_max, 0), kern::kExpertGemvMaxTokens);
+  size_t bytes = expert_gemv_bytes(m_small, top_k, experts.num_experts, experts.inter);
+  if (m_max > kern::kExpertGemvMaxTokens) {
+    // The smallest tile has the most tiles: size for it so every m <= m_max fits.
+    const ExpertGemmLayout l(m_max, top_k, experts.num_experts, experts.hidden, experts.inter, 16);
+    bytes = std::max(bytes, l.bytes);
+  }
+  return std::max<size_t>(bytes, 256);
+}
+
+void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
+                 const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
+                 const MoeWorkspace& ws, cudaStream_t stream) {
+  check_experts(experts, top_k);
+  if (m < 0) throw Error("moe_experts: m must be >= 0, got " + std::to_string(m));
+  if (m == 0) return;
+  if (!x || !out || !topk_ids || !topk_weights || !ws.ptr)
+    throw Error("moe_experts: x, out, topk_ids, topk_weights and the workspace must be device pointers");
+  if (!aligned16(x) || !aligned16(out) || !aligned16(ws.ptr))
+    throw Error("moe_experts: x, out and the workspace must be 16-byte aligned");
+  const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
+  if (m <= kern::kExpertGemvMaxTokens) {
+    const size_t need = expert_gemv_bytes(m, top_k, experts.num_experts, experts.inter);
+    if (ws.bytes < need)
+      throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
+                  std::to_string(need) + " needed for m=" + std::to_string(m));
+    kern::ExpertGemvParams p;
+    p.experts = experts;
+    p.x = x;
+    p.m = m;
+    p.top_k = top_k;
+    p.topk_ids = topk_ids;
+    p.topk_weights = topk_weights;
+    p.h = static_cast<__nv_bfloat16*>(ws.ptr);
+    p.out = out;
+    kern::launch_expert_gemv(p, fp8, stream);
+    check_launch("moe_experts (gemv)");
+    return;
+  }
+  const int bn = tile_tokens_for((int64_t(m) * top_k + experts.num_experts - 1) / experts.num_experts);
+  const ExpertGemmLayout l(m, top_k, experts.num_experts, experts.hidden, experts.inter, bn);
+  if (ws.bytes < l.bytes)
+    throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
+                std::to_string(l.bytes) + " needed for m=" + std::to_string(m));
+  auto* base = static_cast<uint8_t*>(ws.ptr);
+  kern::ExpertGemmParams p;
+  p.experts = experts;
+  p.x = x;
+  p.m = m;
+  p.top_k = top_k;
+  p.topk_ids = topk_ids;
+  p.topk_weights = topk_weights;
+  p.tile_tokens = bn;
+  p.max_tiles = l.max_tiles;
+  p.pair_token = reinterpret_cast<int*>(base + l.pair_token);
+  p.pair_of = reinterpret_cast<int*>(base + l.pair_of);
+  p.tile_expert = reinterpret_cast<int*>(base + l.tile_expert);
+  p.tile_p0 = reinterpret_cast<int*>(base + l.tile_p0);
+  p.tile_n = reinterpret_cast<int*>(base + l.tile_n);
+  p.n_tiles = reinterpret_cast<int*>(base + l.n_tiles);
+  p.h = reinterpret_cast<__nv_bfloat16*>(base + l.h);
+  p.y = reinterpret_cast<__nv_bfloat16*>(base + l.y);
+  p.out = out;
+  kern::launch_expert_gemm(p, fp8, stream);
+  check_launch("moe_experts (grouped gemm)");
+}
+
+void validate_moe_experts(const MoeExperts& e) {
+  check_experts(e, 1);
+  const char* names[3] = {"gate", "up", "down"};
+  const DeviceMatrix* arrays[3] = {e.gate, e.up, e.down};
+  std::vector<DeviceMatrix> host(e.num_experts);
+  for (int k = 0; k < 3; ++k) {
+    const cudaError_t err = cudaMemcpy(host.data(), arrays[k], sizeof(DeviceMatrix) * e.num_experts,
+                                       cudaMemcpyDeviceToHost);
+    if (err != cudaSuccess)
+      throw Error(std::string("moe_experts: cannot read the ") + names[k] + " array: " + cudaGetErrorString(err));
+    for (int i = 0; i < e.num_experts; ++i) {
+      const DeviceMatrix& w = host[i];
+      const std::string what = "expert " + std::to_string(i) + " " + names[k];
+      check_matrix(w, what);
+      const int64_t want_rows = k == 2 ? e.hidden : e.inter, want_cols = k == 2 ? e.inter : e.hidden;
+      if (w.rows != want_rows || w.cols != want_cols)
+        throw Error(what + ": shape " + describe(w) + ", expected [" + std::to_string(want_rows) + " x " +
+                    std::to_string(want_cols) + "]");
+      if (w.type != e.type) throw Error(what + ": type " + describe(w) + " differs from the expert set's type");
+      if (!aligned16(w.data)) throw Error(what + ": data is not 16-byte aligned");
+      if (w.type == WeightType::FP8_E4M3_BLOCK && w.block_cols % 16 != 0)
+        throw Error(what + ": FP8 block_cols must be a multiple of 16, got " + std::to_string(w.block_cols));
+    }
+  }
+}
+
+}  // namespace rs::cuda

@@ -1,0 +1,314 @@
+// `rackserve bench linear`: the matmul kernels at DeepSeek-V2-Lite shapes on this GPU.
+// Roofline first: a device-to-device copy measured in the same run (bytes read + written over
+// time) is the bandwidth ceiling; each decode-sized call reports weight bytes over its median
+// time and that as a % of the copy bandwidth. Large-m calls report TFLOP/s. Every call runs
+// inside a CUDA graph of many calls rotating over enough weight copies that L2 (~50 MB) cannot
+// serve them, which is how the executor runs them.
+#include <CLI/CLI.hpp>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/linear.h"
+#include "bench/bench_commands.h"
+#include "common/error.h"
+#include "kernels/ops/matmul_launch.h"
+
+namespace rs::bench {
+namespace {
+
+using rs::cuda::DeviceMatrix;
+using rs::cuda::WeightType;
+
+void ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("bench linear: ") + what + ": " + cudaGetErrorString(e));
+}
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { ok(cudaMalloc(&p, std::max<size_t>(bytes, 256)), "cudaMalloc"); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median seconds per call of `calls` invocations of body(i) captured into one graph.
+double time_graph(cudaStream_t s, int calls, int reps, const std::function<void(int)>& body) {
+  for (int i = 0; i < std::min(calls, 4); ++i) body(i);  // one-time setup outside capture
+  ok(cudaStreamSynchronize(s), "warm-up");
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < calls; ++i) body(i);
+  ok(cudaStreamEndCapture(s, &g), "end capture");
+  ok(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+  cudaEvent_t a, b;
+  ok(cudaEventCreate(&a), "event");
+  ok(cudaEventCreate(&b), "event");
+  ok(cudaGraphLaunch(ge, s), "replay");
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    ok(cudaEventRecord(a, s), "record");
+    ok(cudaGraphLaunch(ge, s), "replay");
+    ok(cudaEventRecord(b, s), "record");
+    ok(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    ok(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms * 1e-3 / calls);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return median(t);
+}
+
+double copy_bandwidth(cudaStream_t s, int reps) {
+  const size_t bytes = size_t(2) << 30;
+  Dev a(bytes), b(bytes);
+  ok(cudaMemsetAsync(a.p, 1, bytes, s), "memset");
+  cudaEvent_t e0, e1;
+  ok(cudaEventCreate(&e0), "event");
+  ok(cudaEventCreate(&e1), "event");
+  std::vector<double> t;
+  for (int r = 0; r < reps + 2; ++r) {
+    ok(cudaEventRecord(e0, s), "record");
+    ok(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, s), "copy");
+    ok(cudaEventRecord(e1, s), "record");
+    ok(cudaEventSynchronize(e1), "sync");
+    float ms = 0;
+    ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    if (r >= 2) t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 2.0 * bytes / median(t);  // read + write
+}
+
+struct Row {
+  std::string name, type;
+  int m;
+  std::string shape;
+  double bytes, flops, seconds;
+};
+
+// A weight of `rows x cols` with `copies` rotating replicas.
+struct Weights {
+  std::vector<std::unique_ptr<Dev>> data, scales;
+  std::vector<DeviceMatrix> dm;
+  double bytes_each = 0;
+  Weights(WeightType t, int64_t rows, int64_t cols, int copies, uint64_t seed, cudaStream_t s) {
+    const bool fp8 = t == WeightType::FP8_E4M3_BLOCK;
+    const size_t bytes = size_t(rows * cols) * (fp8 ? 1 : 2);
+    const size_t sbytes = size_t((rows + 127) / 128) * size_t((cols + 127) / 128) * 4;
+    bytes_each = double(bytes) + (fp8 ? double(sbytes) : 0.0);
+    for (int c = 0; c < copies; ++c) {
+      data.push_back(std::make_unique<Dev>(bytes));
+      kern::launch_fill_random(data.back()->p, bytes, seed + c, fp8, s);
+      DeviceMatrix w;
+      w.type = t;
+      w.rows = rows;
+      w.cols = cols;
+      w.data = data.back()->p;
+      if (fp8) {
+        scales.push_back(std::make_unique<Dev>(sbytes));
+        std::vector<float> h(sbytes / 4, 0.01f);
+        ok(cudaMemcpy(scales.back()->p, h.data(), sbytes, cudaMemcpyHostToDevice), "scales");
+        w.scale_inv = static_cast<const float*>(scales.back()->p);
+      }
+      dm.push_back(w);
+    }
+  }
+};
+
+int copies_for(double bytes) { return int(std::clamp(512e6 / bytes, 1.0, 64.0)); }
+
+Row bench_dense(const std::string& name, WeightType t, int64_t rows, int64_t cols, int m, int reps, cudaStream_t s) {
+  const bool fp8 = t == WeightType::FP8_E4M3_BLOCK;
+  const double wbytes = double(rows) * cols * (fp8 ? 1 : 2);
+  const int copies = m > 64 ? 1 : copies_for(wbytes);
+  Weights w(t, rows, cols, copies, 1000 + rows + cols, s);
+  Dev x(size_t(m) * cols * 2), y(size_t(m) * rows * 2);
+  kern::launch_fill_random(x.p, size_t(m) * cols * 2, 7, false, s);
+  const size_t wsb = rs::cuda::linear_workspace_bytes(m, rows, cols);
+  Dev ws(wsb);
+  const int calls = std::max(copies, m > 64 ? 5 : 40);
+  const double sec = time_graph(s, calls, reps, [&](int i) {
+    rs::cuda::linear(w.dm[i % copies], static_cast<const __nv_bfloat16*>(x.p), m,
+                     static_cast<__nv_bfloat16*>(y.p), {ws.p, wsb}, s);
+  });
+  return {name, fp8 ? "fp8" : "bf16", m, std::to_string(rows) + "x" + std::to_string(cols), w.bytes_each,
+          2.0 * m * rows * cols, sec};
+}
+
+Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream_t s) {
+  const int E = 64, hidden = 2048, inter = 1408, top_k = 6;  // DeepSeek-V2-Lite
+  const bool fp8 = t == WeightType::FP8_E4M3_BLOCK;
+  const double per_expert = 3.0 * inter * hidden * (fp8 ? 1 : 2);
+  const int copies = m <= 8 ? 2 : 1;
+  std::vector<std::unique_ptr<Weights>> mats;  // [copy][gate, up, down] each E replicas
+  std::vector<std::unique_ptr<Dev>> arrays;
+  std::vector<rs::cuda::MoeExperts> sets;
+  for (int c = 0; c < copies; ++c) {
+    rs::cuda::MoeExperts e;
+    e.num_experts = E;
+    e.hidden = hidden;
+    e.inter = inter;
+    e.type = t;
+    const DeviceMatrix** slots[3] = {&e.gate, &e.up, &e.down};
+    for (int k = 0; k < 3; ++k) {
+      mats.push_back(std::make_unique<Weights>(t, k == 2 ? hidden : inter, k == 2 ? inter : hidden, E, 50 + 7 * c + k, s));
+      arrays.push_back(std::make_unique<Dev>(sizeof(DeviceMatrix) * E));
+      ok(cudaMemcpy(arrays.back()->p, mats.back()->dm.data(), sizeof(DeviceMatrix) * E, cudaMemcpyHostToDevice), "experts");
+      *slots[k] = static_cast<const DeviceMatrix*>(arrays.back()->p);
+    }
+    sets.push_back(e);
+  }
+  // Four routings (distinct experts per token, random weights) rotated between calls.
+  std::mt19937 gen(42);
+  const int nroute = 4;
+  std::vector<std::unique_ptr<Dev>> ids, wts;
+  double unique_sum = 0;
+  for (int r = 0; r < nroute; ++r) {
+    std::vector<int> hid(size_t(m) * top_k);
+    std::vector<float> hw(size_t(m) * top_k);
+    std::vector<char> used(E, 0);
+    for (int t2 = 0; t2 < m; ++t2) {
+      std::vector<int> perm(E);
+      for (int i = 0; i < E; ++i) perm[i] = i;
+      for (int j = 0; j < top_k; ++j) {
+        std::swap(perm[j], perm[j + gen() % (E - j)]);
+        hid[size_t(t2) * top_k + j] = perm[j];
+        hw[size_t(t2) * top_k + j] = 1.0f / top_k;
+        used[perm[j]] = 1;
+      }
+    }
+    unique_sum += std::count(used.begin(), used.end(), 1);
+    ids.push_back(std::make_unique<Dev>(hid.size() * 4));
+    wts.push_back(std::make_unique<Dev>(hw.size() * 4));
+    ok(cudaMemcpy(ids.back()->p, hid.data(), hid.size() * 4, cudaMemcpyHostToDevice), "ids");
+    ok(cudaMemcpy(wts.back()->p, hw.data(), hw.size() * 4, cudaMemcpyHostToDevice), "weights");
+  }
+  Dev x(size_t(m) * hidden * 2), out(size_t(m) * hidden * 2);
+  kern::launch_fill_random(x.p, size_t(m) * hidden * 2, 9, false, s);
+  const size_t wsb = rs::cuda::moe_workspace_bytes(m, top_k, sets[0]);
+  Dev ws(wsb);
+  const int calls = m <= 64 ? 40 : 4;
+  const double sec = time_graph(s, calls, reps, [&](int i) {
+    rs::cuda::moe_experts(sets[i % copies], static_cast<const __nv_bfloat16*>(x.p), m, top_k,
+                          static_cast<const int*>(ids[i % nroute]->p), static_cast<const float*>(wts[i % nroute]->p),
+                          static_cast<__nv_bfloat16*>(out.p), {ws.p, wsb}, s);
+  });
+  const double bytes = unique_sum / nroute * per_expert;
+  return {name, fp8 ? "fp8" : "bf16", m, "64x[3x1408x2048] top6", bytes,
+          2.0 * m * top_k * 3.0 * inter * hidden, sec};
+}
+
+void run(bool quick, const std::string& json_path) {
+  int dev = 0;
+  ok(cudaGetDevice(&dev), "device");
+  cudaDeviceProp prop{};
+  ok(cudaGetDeviceProperties(&prop, dev), "properties");
+  cudaStream_t s;
+  ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const int reps = quick ? 5 : 15;
+  const double copy_bw = copy_bandwidth(s, reps);
+  std::printf("GPU %s, %d SMs, L2 %.0f MB; device-to-device copy %.0f GB/s (read+write)\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9);
+
+  std::vector<Row> rows;
+  const WeightType B = WeightType::BF16, F = WeightType::FP8_E4M3_BLOCK;
+  // Decode (m = 1) shapes of one DeepSeek-V2-Lite layer, bf16 and FP8.
+  struct Shape { const char* name; int64_t rows, cols; };
+  const Shape decode[] = {{"q_proj", 3072, 2048},        {"kv_a_proj", 576, 2048},
+                          {"kv_b_proj", 4096, 512},      {"o_proj", 2048, 2048},
+                          {"shared_gate_up", 5632, 2048}, {"shared_down", 2048, 2816},
+                          {"dense_gate_up", 21888, 2048}, {"dense_down", 2048, 10944},
+                          {"lm_head", 102400, 2048}};
+  for (WeightType t : {B, F})
+    for (const auto& sh : decode) rows.push_back(bench_dense(sh.name, t, sh.rows, sh.cols, 1, reps, s));
+  rows.push_back(bench_moe("moe_experts", B, 1, reps, s));
+  rows.push_back(bench_moe("moe_experts", F, 1, reps, s));
+  rows.push_back(bench_dense("o_proj", B, 2048, 2048, 8, reps, s));
+  rows.push_back(bench_dense("o_proj", B, 2048, 2048, 64, reps, s));
+  rows.push_back(bench_dense("q_proj", B, 3072, 2048, 64, reps, s));
+  rows.push_back(bench_moe("moe_experts", B, 8, reps, s));
+  rows.push_back(bench_moe("moe_experts", B, 64, reps, s));
+  rows.push_back(bench_moe("moe_experts", F, 64, reps, s));
+  // Prefill (8K tokens): compute bound.
+  rows.push_back(bench_dense("o_proj", B, 2048, 2048, 8192, reps, s));
+  rows.push_back(bench_dense("q_proj", B, 3072, 2048, 8192, reps, s));
+  rows.push_back(bench_dense("dense_gate_up", B, 21888, 2048, 8192, reps, s));
+  rows.push_back(bench_dense("o_proj", F, 2048, 2048, 8192, reps, s));
+  rows.push_back(bench_moe("moe_experts", B, 8192, reps, s));
+  rows.push_back(bench_moe("moe_experts", F, 8192, reps, s));
+
+  nlohmann::json js;
+  js["gpu"] = prop.name;
+  js["copy_GBps"] = copy_bw / 1e9;
+  std::printf("%-16s %-5s %5s %-22s %10s %9s %8s %7s %8s\n", "op", "type", "m", "shape", "MB", "us", "GB/s",
+              "%copy", "TFLOP/s");
+  for (const auto& r : rows) {
+    const double gbps = r.bytes / r.seconds / 1e9;
+    const double pct = 100.0 * r.bytes / r.seconds / copy_bw;
+    const double tf = r.flops / r.seconds / 1e12;
+    std::printf("%-16s %-5s %5d %-22s %10.1f %9.1f %8.0f %6.1f%% %8.1f\n", r.name.c_str(), r.type.c_str(), r.m,
+                r.shape.c_str(), r.bytes / 1e6, r.seconds * 1e6, gbps, pct, tf);
+    js["rows"].push_back({{"op", r.name}, {"type", r.type}, {"m", r.m}, {"shape", r.shape}, {"bytes", r.bytes},
+                          {"us", r.seconds * 1e6}, {"GBps", gbps}, {"pct_copy", pct}, {"TFLOPs", tf}});
+  }
+  // Matmul-only time of one V2-Lite decode token (m = 1): 27 layers of attention projections,
+  // 26 MoE layers (routed top-6 + shared), 1 dense MLP layer, lm_head (bf16 in both runs).
+  for (const char* ty : {"bf16", "fp8"}) {
+    auto t_of = [&](const std::string& n, const std::string& type, int m) {
+      for (const auto& r : rows)
+        if (r.name == n && r.type == type && r.m == m) return r.seconds;
+      return 0.0;
+    };
+    double sec = 0, bytes = 0;
+    auto add = [&](const std::string& n, const std::string& type, double count) {
+      for (const auto& r : rows)
+        if (r.name == n && r.type == type && r.m == 1) { sec += count * r.seconds; bytes += count * r.bytes; }
+    };
+    for (const char* n : {"q_proj", "kv_a_proj", "kv_b_proj", "o_proj"}) add(n, ty, 27);
+    add("shared_gate_up", ty, 26);
+    add("shared_down", ty, 26);
+    add("moe_experts", ty, 26);
+    add("dense_gate_up", ty, 1);
+    add("dense_down", ty, 1);
+    add("lm_head", "bf16", 1);
+    (void)t_of;
+    std::printf("V2-Lite decode, matmuls only, %s: %.3f ms/token (%.0f tok/s), %.2f GB, %.1f%% of copy bandwidth\n", ty,
+                sec * 1e3, 1.0 / sec, bytes / 1e9, 100.0 * bytes / sec / copy_bw);
+    js["decode_estimate"][ty] = {{"ms", sec * 1e3}, {"tok_s", 1.0 / sec}, {"GB", bytes / 1e9},
+                                 {"pct_copy", 100.0 * bytes / sec / copy_bw}};
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << js.dump(2) << "\n";
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
+
+void add_linear(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand("linear", "matmul kernels (linear, moe_experts) at DeepSeek-V2-Lite shapes");
+  auto quick = std::make_shared<bool>(false);
+  auto json = std::make_shared<std::string>();
+  cmd->add_flag("--quick", *quick, "fewer repetitions");
+  cmd->add_option("--json", *json, "write the results as JSON");
+  cmd->callback([quick, json] { run(*quick, *json); });
+}
+
+}  // namespace rs::bench

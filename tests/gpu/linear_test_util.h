@@ -1,0 +1,117 @@
+#pragma once
+// Host-side helpers for the matmul GPU tests: bf16 / e4m3 encodings, random data, device
+// buffers, and a relative-error measure (||out - ref|| / ||ref||, NaN counts as failure).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace rs::test {
+
+inline bool have_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+inline void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+inline float bf16_to_float(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t float_to_bf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+// e4m3 (OCP FP8): 1 sign, 4 exponent (bias 7), 3 mantissa; no infinities.
+inline float e4m3_to_float(uint8_t b) {
+  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+  float v = e == 0 ? std::ldexp(float(m) / 8.f, -6) : std::ldexp(1.f + float(m) / 8.f, e - 7);
+  return s ? -v : v;
+}
+
+struct Rng {
+  std::mt19937_64 gen;
+  explicit Rng(uint64_t seed) : gen(seed) {}
+  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(gen); }
+  int below(int n) { return int(gen() % uint64_t(n)); }
+  // Random non-zero bf16 in +-[0.01, 1).
+  std::vector<uint16_t> bf16(size_t n) {
+    std::vector<uint16_t> v(n);
+    for (auto& x : v) {
+      float f = uniform(0.01f, 1.f);
+      x = float_to_bf16(gen() & 1 ? f : -f);
+    }
+    return v;
+  }
+  // Random e4m3 bytes over normal and subnormal values (never NaN 0x7f/0xff), magnitudes up to 2^3.
+  std::vector<uint8_t> e4m3(size_t n) {
+    std::vector<uint8_t> v(n);
+    for (auto& b : v) {
+      const int e = below(11);  // 0 (subnormal) .. 10
+      const int m = below(8);
+      b = uint8_t(((gen() & 1) << 7) | (e << 3) | m);
+      if (b == 0 || b == 0x80) b = 0x38;  // keep inputs non-zero: 1.0
+    }
+    return v;
+  }
+};
+
+template <class T>
+struct DeviceBuf {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceBuf(size_t count) : n(count) { cuda_ok(cudaMalloc(&ptr, std::max<size_t>(count, 1) * sizeof(T)), "cudaMalloc"); }
+  DeviceBuf(const std::vector<T>& host) : DeviceBuf(host.size()) { upload(host); }
+  ~DeviceBuf() { cudaFree(ptr); }
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  void upload(const std::vector<T>& host) {
+    cuda_ok(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    cuda_ok(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+  // NaN bit patterns everywhere, so an element the kernel never wrote fails the comparison.
+  void poison() { cuda_ok(cudaMemset(ptr, 0xff, n * sizeof(T)), "poison"); }
+};
+
+struct ErrorStats {
+  double rel = 0;
+  size_t nan = 0;
+};
+inline ErrorStats relative_error(const std::vector<uint16_t>& out_bf16, const std::vector<double>& ref) {
+  ErrorStats s;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double o = bf16_to_float(out_bf16[i]);
+    if (!std::isfinite(o)) {
+      ++s.nan;
+      continue;
+    }
+    num += (o - ref[i]) * (o - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  s.rel = den > 0 ? std::sqrt(num / den) : (num > 0 ? 1.0 : 0.0);
+  return s;
+}
+
+}  // namespace rs::test
