@@ -42,29 +42,29 @@ inline float e4m3_to_f32(uint8_t b) {
   return sign ? -v : v;
 }
 
-// Round to nearest even with saturation to +-448 (CUDA's __NV_SATFINITE conversion).
+// Round to nearest even with saturation to +-448 (CUDA's __NV_SATFINITE conversion). Bit-level:
+// dummy FP8 weights convert billions of values.
 inline uint8_t f32_to_e4m3(float f) {
-  if (std::isnan(f)) return 0x7f;
-  uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  float a = std::fabs(f);
-  if (a >= 448.0f) return sign | 0x7e;
-  // Candidates are k * 2^(e-3) for the binade of a; subnormals share the 2^-9 step.
-  int e;
-  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  int step_exp = std::max(e - 1 - 3, -9);
-  float step = std::ldexp(1.0f, step_exp);
-  float q = a / step;
-  float r = std::nearbyint(q);  // default rounding mode: nearest even
-  float v = r * step;
-  // Re-encode v exactly.
-  if (v == 0.0f) return sign;
-  int ve;
-  float vm = std::frexp(v, &ve);  // v = vm * 2^ve
-  int exp = ve - 1 + 7;
-  if (exp <= 0) {  // subnormal: v = man * 2^-9
-    return sign | static_cast<uint8_t>(std::lround(v / std::ldexp(1.0f, -9)));
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((u >> 31) << 7);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return 0x7f;              // NaN
+  if (u >= 0x43e00000u) return sign | 0x7e;      // >= 448: saturate
+  if (u < 0x3c800000u) {                         // < 2^-6: e4m3 subnormal, steps of 2^-9
+    float a;
+    std::memcpy(&a, &u, 4);
+    int m = static_cast<int>(std::nearbyint(a * 512.0f));  // exact scaling; ties to even
+    return sign | static_cast<uint8_t>(m);       // m == 8 encodes 2^-6, the smallest normal
   }
-  int man = static_cast<int>(std::lround((vm * 2.0f - 1.0f) * 8.0f));
+  int exp = static_cast<int>(u >> 23) - 127 + 7;
+  uint32_t man = (u >> 20) & 0x7, rest = u & 0xfffffu;
+  if (rest > 0x80000u || (rest == 0x80000u && (man & 1))) ++man;
+  if (man == 8) {
+    man = 0;
+    ++exp;
+  }
+  if (exp > 15 || (exp == 15 && man == 7)) return sign | 0x7e;
   return sign | static_cast<uint8_t>((exp << 3) | man);
 }
 
