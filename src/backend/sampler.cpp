@@ -120,21 +120,16 @@ SampledToken sample_token(std::span<const float> raw, const SamplingState& state
 
   SampledToken out;
   out.id = chosen;
-  if (p.logprobs >= 0) {
-    std::vector<float> lp = log_softmax(raw);
-    out.logprob = lp[chosen];
-    if (p.logprobs > 0) {
-      int n = std::min(p.logprobs, V);
-      std::vector<int> idx(V);
-      std::iota(idx.begin(), idx.end(), 0);
-      std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int a, int b) {
-        return lp[a] > lp[b] || (lp[a] == lp[b] && a < b);
-      });
-      for (int k = 0; k < n; ++k) out.top.push_back({idx[k], lp[idx[k]]});
-    }
-  } else {
-    std::vector<float> lp = log_softmax(raw);
-    out.logprob = lp[chosen];
+  const std::vector<float> lp = log_softmax(raw);
+  out.logprob = lp[chosen];
+  if (p.logprobs > 0) {
+    const int n = std::min(p.logprobs, V);
+    std::vector<int> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int a, int b) {
+      return lp[a] > lp[b] || (lp[a] == lp[b] && a < b);
+    });
+    for (int k = 0; k < n; ++k) out.top.push_back({idx[k], lp[idx[k]]});
   }
   return out;
 }
