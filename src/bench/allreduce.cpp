@@ -1,12 +1,198 @@
+// rackserve bench allreduce: the comm layer's all-reduces against NCCL, in the same run.
 #include <CLI/CLI.hpp>
+#include <cuda_runtime.h>
 
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <sstream>
+
+#include "bench/allreduce_runner.h"
 #include "bench/bench_commands.h"
 #include "common/error.h"
+#include "parallel/comm.h"
+#include "parallel/cuda_check.h"
+#include "parallel/topology.h"
 
 namespace rs::bench {
-void add_allreduce(CLI::App& bench) {
-  auto* cmd = bench.add_subcommand("allreduce", "(not built yet)");
-  cmd->allow_extras();
-  cmd->callback([] { throw Error("'bench allreduce' is not built yet"); });
+namespace {
+
+struct AllReduceCliOptions {
+  int tp = 0;  // 0: every GPU
+  int trays = 1;
+  std::string sizes = "1K,14K,64K,256K,1M,4M,16M,64M";
+  std::string dtype = "bf16";
+  int reps = 15;
+  bool no_pdl = false;
+  bool no_nccl = false;
+  std::string oneshot_max;
+  std::string two_shot_max;
+  bool hang_selftest = false;
+};
+
+// "14K" -> 14336; K, M, G are binary; an optional trailing B.
+uint64_t parse_size(const std::string& text) {
+  std::string s = text;
+  if (!s.empty() && (s.back() == 'B' || s.back() == 'b')) s.pop_back();
+  uint64_t mult = 1;
+  if (!s.empty()) {
+    switch (std::toupper(static_cast<unsigned char>(s.back()))) {
+      case 'K': mult = 1ull << 10; s.pop_back(); break;
+      case 'M': mult = 1ull << 20; s.pop_back(); break;
+      case 'G': mult = 1ull << 30; s.pop_back(); break;
+      default: break;
+    }
+  }
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+    throw Error("--sizes: '" + text + "' is not a size (examples: 8, 1K, 14K, 64M)");
+  const uint64_t v = std::stoull(s) * mult;
+  if (v == 0) throw Error("--sizes: '" + text + "' is zero");
+  return v;
 }
+
+std::vector<uint64_t> parse_sizes(const std::string& list) {
+  std::vector<uint64_t> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(parse_size(item));
+  if (out.empty()) throw Error("--sizes: empty list");
+  return out;
+}
+
+std::string size_label(uint64_t b) {
+  if (b >= (1ull << 20) && b % (1ull << 20) == 0) return std::to_string(b >> 20) + "M";
+  if (b >= (1ull << 10) && b % (1ull << 10) == 0) return std::to_string(b >> 10) + "K";
+  return std::to_string(b) + "B";
+}
+
+std::string cell(const ArTiming& t) {
+  if (!t.graph_us) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f/%.2f", *t.graph_us, *t.eager_us);
+  return buf;
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%MZ", std::gmtime(&t));
+  return buf;
+}
+
+// Rank 0 of a 2-rank group runs alone: its spin-wait must end in the diagnostic and a trap.
+void run_hang_selftest() {
+  const int gpus = device_count();
+  auto topo = parallel::Topology::make(2, 1, std::min(gpus, 2));
+  parallel::CommConfig cfg;
+  cfg.enable_nccl = false;
+  cfg.timeout_ns = 200ull * 1000 * 1000;
+  parallel::Comm comm(topo, cfg);
+  parallel::cuda_check(cudaSetDevice(topo.device_of(0)), "cudaSetDevice");
+  void* buf = nullptr;
+  parallel::cuda_check(cudaMalloc(&buf, 1024), "cudaMalloc");
+  parallel::cuda_check(cudaMemset(buf, 0, 1024), "cudaMemset");
+  cudaStream_t stream;
+  parallel::cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  comm.all_reduce(0, buf, buf, 256, DType::BF16, stream, parallel::AllReduceAlgo::lamport_oneshot);
+  const cudaError_t err = cudaDeviceSynchronize();
+  std::fflush(stdout);
+  if (err == cudaSuccess)
+    throw Error("hang self-test: rank 0 finished without its peer: the spin-wait bound did not fire");
+  std::printf("hang self-test: rank 0 stopped as designed: %s\n", cudaGetErrorString(err));
+  std::fflush(stdout);
+}
+
+void run(const AllReduceCliOptions& o) {
+  if (o.hang_selftest) {
+    run_hang_selftest();
+    return;
+  }
+  DType dtype;
+  if (o.dtype == "bf16") dtype = DType::BF16;
+  else if (o.dtype == "fp32") dtype = DType::F32;
+  else throw Error("--dtype " + o.dtype + ": expected bf16 or fp32");
+  if (o.reps < 1) throw Error("--reps must be >= 1");
+  const int gpus = device_count();
+  if (gpus < 1) throw Error("bench allreduce needs a CUDA GPU (found none)");
+  const int tp = o.tp > 0 ? o.tp : std::max(gpus, 2);
+  const auto topo = parallel::Topology::make(tp, o.trays, gpus);
+
+  parallel::CommConfig cfg;
+  cfg.pdl = !o.no_pdl;
+  cfg.enable_nccl = !o.no_nccl;
+  if (!o.oneshot_max.empty()) cfg.dispatch.oneshot_max_bytes = parse_size(o.oneshot_max);
+  if (!o.two_shot_max.empty()) cfg.dispatch.two_shot_max_bytes = parse_size(o.two_shot_max);
+  ArBenchOptions bopt;
+  bopt.sizes = parse_sizes(o.sizes);
+  bopt.dtype = dtype;
+  bopt.reps = o.reps;
+  parallel::Comm comm(topo, cfg);
+
+  cudaDeviceProp prop{};
+  parallel::cuda_check(cudaGetDeviceProperties(&prop, topo.device_of(0)), "cudaGetDeviceProperties");
+  std::printf("rackserve bench allreduce  %s  %s  %s  pdl=%s  GPUs: %d x %s  nccl: %s\n",
+              utc_now().c_str(), topo.describe().c_str(), o.dtype.c_str(), cfg.pdl ? "on" : "off",
+              topo.num_devices(), prop.name, comm.nccl_status().c_str());
+  const auto results = run_allreduce_bench(comm, bopt);
+
+  std::printf("median us per call, graph/eager (%d reps)\n", bopt.reps);
+  std::printf("%-7s %-15s %-15s %-15s %-15s %-15s %-16s %s\n", "size", "oneshot", "fused", "twoshot",
+              "nccl", "auto", "auto picks", "best-graph vs nccl");
+  for (const auto& r : results) {
+    const auto& nccl = r.timing[static_cast<int>(ArVariant::nccl)];
+    std::string ratio = "-";
+    double best = 1e300;
+    for (ArVariant v : {ArVariant::oneshot, ArVariant::two_shot})
+      if (r.timing[static_cast<int>(v)].graph_us) best = std::min(best, *r.timing[static_cast<int>(v)].graph_us);
+    if (nccl.graph_us && best < 1e300) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2fx", *nccl.graph_us / best);
+      ratio = buf;
+    }
+    std::printf("%-7s %-15s %-15s %-15s %-15s %-15s %-16s %s\n", size_label(r.bytes).c_str(),
+                cell(r.timing[0]).c_str(), cell(r.timing[1]).c_str(), cell(r.timing[2]).c_str(),
+                cell(r.timing[3]).c_str(), cell(r.timing[4]).c_str(), r.auto_choice.c_str(), ratio.c_str());
+  }
+  for (const auto& r : results) {
+    for (int v = 0; v < 5; ++v)
+      if (!r.timing[v].note.empty())
+        std::printf("note: %s %s: %s\n", size_label(r.bytes).c_str(), variant_name(kArVariants[v]),
+                    r.timing[v].note.c_str());
+    if (r.fused_rows)
+      std::printf("fused shape at %s: %u rows x %u\n", size_label(r.bytes).c_str(), r.fused_rows, r.fused_hidden);
+  }
+}
+
+}  // namespace
+
+void add_allreduce(CLI::App& bench) {
+  auto opts = std::make_shared<AllReduceCliOptions>();
+  auto* cmd = bench.add_subcommand(
+      "allreduce", "all-reduce latency: Lamport one-shot, fused AR+residual+RMSNorm, two-shot, NCCL");
+  cmd->add_option("--tp", opts->tp, "ranks (default: every GPU, at least 2); more ranks than GPUs share GPUs");
+  cmd->add_option("--trays", opts->trays, "trays the ranks are grouped into (consecutive ranks)");
+  cmd->add_option("--sizes", opts->sizes, "message sizes in bytes, K/M suffixes (default 1K,14K,...,64M)");
+  cmd->add_option("--dtype", opts->dtype, "bf16 or fp32");
+  cmd->add_option("--reps", opts->reps, "timed repetitions per cell (median reported)");
+  cmd->add_flag("--no-pdl", opts->no_pdl, "launch without programmatic dependent launch");
+  cmd->add_flag("--no-nccl", opts->no_nccl, "do not load NCCL");
+  cmd->add_option("--oneshot-max", opts->oneshot_max, "dispatcher: largest one-shot message");
+  cmd->add_option("--two-shot-max", opts->two_shot_max, "dispatcher: largest two-shot message (NCCL above)");
+  cmd->add_flag("--hang-selftest", opts->hang_selftest,
+                "run rank 0 of 2 alone: the bounded spin-wait must print its diagnostic and trap");
+  cmd->callback([opts] { run(*opts); });
+}
+
 }  // namespace rs::bench

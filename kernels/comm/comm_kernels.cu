@@ -1,0 +1,90 @@
+// Thin __global__ wrappers over the comm device ops: PDL wait, buffer rotation, the op, advance.
+#include <algorithm>
+
+#include "kernels/comm/comm_launch.h"
+#include "kernels/comm/fused_allreduce_rmsnorm.cuh"
+#include "kernels/comm/lamport_oneshot.cuh"
+#include "kernels/comm/two_shot.cuh"
+#include "kernels/common/pdl.cuh"
+#include "parallel/pdl_launch.h"
+
+namespace rs::comm {
+namespace {
+
+constexpr int kCommMaxThreads = 512;  // 128 registers a thread: no spills in any op
+
+template <ElemType kType>
+__global__ void __launch_bounds__(kCommMaxThreads) lamport_oneshot_kernel(const __grid_constant__ OneShotParams p) {
+  using E = Elem<kType>;
+  __shared__ uint32_t s_buffer;
+  pdl::wait();
+  const uint32_t buffer = lamport_begin(p.ws, &s_buffer);
+  pdl::launch_dependents();
+  lamport_oneshot_op<E>(p, buffer, blockIdx.x, gridDim.x);
+  lamport_end(p.ws, buffer, oneshot_vecs(p.count, E::kLanes));
+}
+
+template <ElemType kType>
+__global__ void __launch_bounds__(kCommMaxThreads) two_shot_kernel(const __grid_constant__ TwoShotParams p) {
+  using E = Elem<kType>;
+  __shared__ uint32_t s_buffer;
+  pdl::wait();
+  const uint32_t buffer = lamport_begin(p.ws, &s_buffer);
+  pdl::launch_dependents();
+  two_shot_op<E>(p, buffer, blockIdx.x, gridDim.x);
+  lamport_end(p.ws, buffer, two_shot_chunk_vecs(p.count, E::kLanes, p.ws.nranks));
+}
+
+template <ElemType kType>
+__global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_kernel(const __grid_constant__ FusedArNormParams p) {
+  using E = Elem<kType>;
+  __shared__ uint32_t s_buffer;
+  const FusedGamma gamma = fused_load_gamma<E>(p);  // prologue: weights only
+  pdl::wait();
+  const uint32_t buffer = lamport_begin(p.ws, &s_buffer);
+  pdl::launch_dependents();
+  fused_allreduce_rmsnorm_op<E>(p, gamma, buffer, blockIdx.x, gridDim.x);
+  lamport_end(p.ws, buffer, p.rows * fused_row_vecs(p.hidden, E::kLanes));
+}
+
+__global__ void arm_kernel(uint4* dst, size_t vecs, uint32_t word) {
+  const uint4 s = make_uint4(word, word, word, word);
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < vecs;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = s;
+}
+
+dim3 grid_of(LaunchShape s) { return dim3(static_cast<unsigned>(s.ctas)); }
+dim3 block_of(LaunchShape s) { return dim3(static_cast<unsigned>(s.threads)); }
+
+}  // namespace
+
+cudaError_t launch_lamport_oneshot(const OneShotParams& p, LaunchShape s, cudaStream_t stream) {
+  auto* k = p.type == ElemType::bf16 ? &lamport_oneshot_kernel<ElemType::bf16>
+                                     : &lamport_oneshot_kernel<ElemType::fp32>;
+  return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
+}
+
+cudaError_t launch_two_shot(const TwoShotParams& p, LaunchShape s, cudaStream_t stream) {
+  auto* k = p.type == ElemType::bf16 ? &two_shot_kernel<ElemType::bf16>
+                                     : &two_shot_kernel<ElemType::fp32>;
+  return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
+}
+
+cudaError_t launch_fused_allreduce_rmsnorm(const FusedArNormParams& p, LaunchShape s,
+                                           cudaStream_t stream) {
+  auto* k = p.type == ElemType::bf16 ? &fused_allreduce_rmsnorm_kernel<ElemType::bf16>
+                                     : &fused_allreduce_rmsnorm_kernel<ElemType::fp32>;
+  return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
+}
+
+cudaError_t launch_arm(uint4* dst, size_t vecs, ElemType type, cudaStream_t stream) {
+  if (vecs == 0) return cudaSuccess;
+  const uint32_t word = type == ElemType::bf16 ? Elem<ElemType::bf16>::kSentinelWord
+                                               : Elem<ElemType::fp32>::kSentinelWord;
+  const size_t blocks = std::min<size_t>((vecs + 255) / 256, 1024);
+  arm_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(dst, vecs, word);
+  return cudaGetLastError();
+}
+
+}  // namespace rs::comm

@@ -1,0 +1,25 @@
+#pragma once
+// Host entry points of the comm kernels (kernels/comm/comm_kernels.cu). Plain C++ callers
+// (src/parallel/) include this; the device ops stay in the .cuh files.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/comm/comm_layout.h"
+
+namespace rs::comm {
+
+struct LaunchShape {
+  int ctas;      // must equal the workspace's fixed grid (LamportState::next_buffer entries)
+  int threads;
+  bool pdl;      // launch with the programmatic stream serialization attribute
+};
+
+cudaError_t launch_lamport_oneshot(const OneShotParams& p, LaunchShape shape, cudaStream_t stream);
+cudaError_t launch_two_shot(const TwoShotParams& p, LaunchShape shape, cudaStream_t stream);
+cudaError_t launch_fused_allreduce_rmsnorm(const FusedArNormParams& p, LaunchShape shape,
+                                           cudaStream_t stream);
+// Fills `vecs` 16-byte vectors at `dst` with the element type's -0.0 sentinel.
+cudaError_t launch_arm(uint4* dst, size_t vecs, ElemType type, cudaStream_t stream);
+
+}  // namespace rs::comm

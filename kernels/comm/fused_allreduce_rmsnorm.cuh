@@ -1,0 +1,109 @@
+#pragma once
+// All-reduce + residual add + RMSNorm in one pass, as a device op: the form every
+// tensor-parallel decode layer ends with. Built on the one-shot Lamport exchange; rows (tokens)
+// are dealt to CTAs, one row per CTA at a time, so the norm's sum of squares is a block
+// reduction with no cross-CTA step. Each thread owns the same few vectors of every row, so it
+// loads its gamma vectors once, before griddepcontrol.wait (they do not depend on the previous
+// kernel): the PDL prologue.
+#include "kernels/comm/lamport_common.cuh"
+
+namespace rs::comm {
+
+__host__ __device__ inline uint32_t fused_row_vecs(uint32_t hidden, int lanes) {
+  return hidden / lanes;
+}
+
+struct FusedGamma {
+  uint4 v[kFusedMaxVecsPerThread];
+};
+
+template <class E>
+__device__ __forceinline__ FusedGamma fused_load_gamma(const FusedArNormParams& p) {
+  FusedGamma g;
+  const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
+#pragma unroll
+  for (int j = 0; j < kFusedMaxVecsPerThread; ++j) {
+    const uint32_t v = threadIdx.x + j * blockDim.x;
+    g.v[j] = v < row_vecs ? reinterpret_cast<const uint4*>(p.gamma)[v] : make_uint4(0, 0, 0, 0);
+  }
+  return g;
+}
+
+__device__ __forceinline__ float fused_block_sum(float x, float* scratch /* 32 floats */) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = (blockDim.x + 31) >> 5;
+  __syncthreads();  // scratch may still be read by the previous row's reduction
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  float total = 0.f;  // fixed order: the same bits on every rank and every CTA
+  for (int w = 0; w < nwarps; ++w) total += scratch[w];
+  return total;
+}
+
+template <class E>
+__device__ void fused_allreduce_rmsnorm_op(const FusedArNormParams& p, const FusedGamma& gamma,
+                                           uint32_t buffer, int cta, int ctas) {
+  __shared__ float scratch[32];
+  const LamportView& ws = p.ws;
+  const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
+
+  // 1. Push every owned row's partial into slot `rank` of every peer.
+  for (uint32_t row = cta; row < p.rows; row += ctas) {
+#pragma unroll
+    for (int j = 0; j < kFusedMaxVecsPerThread; ++j) {
+      const uint32_t c = threadIdx.x + j * blockDim.x;
+      if (c >= row_vecs) break;
+      const uint64_t v = static_cast<uint64_t>(row) * row_vecs + c;
+      const uint4 x = canonical<E>(reinterpret_cast<const uint4*>(p.x)[v]);
+      for (int i = 0; i < ws.nranks; ++i) {
+        const int peer = ws.write_order[i];
+        if (peer != ws.rank) st_volatile(ws.region(peer, buffer, ws.rank) + v, x);
+      }
+    }
+  }
+
+  rearm_previous<E>(ws, buffer, cta, ctas);
+
+  // 2. Per row: reduce in rank order, add the residual, round, norm.
+  for (uint32_t row = cta; row < p.rows; row += ctas) {
+    uint4 h[kFusedMaxVecsPerThread];  // residual_out as rounded: what the norm reads
+    float sumsq = 0.f;
+#pragma unroll
+    for (int j = 0; j < kFusedMaxVecsPerThread; ++j) {
+      const uint32_t c = threadIdx.x + j * blockDim.x;
+      if (c >= row_vecs) break;
+      const uint64_t v = static_cast<uint64_t>(row) * row_vecs + c;
+      float acc[E::kLanes];
+      reduce_slots<E>(ws, buffer, v, canonical<E>(reinterpret_cast<const uint4*>(p.x)[v]),
+                      "fused all-reduce+rmsnorm", acc);
+      float r[E::kLanes];
+      E::to_float(reinterpret_cast<const uint4*>(p.residual)[v], r);
+#pragma unroll
+      for (int l = 0; l < E::kLanes; ++l) acc[l] += r[l];
+      const uint4 rounded = E::from_float(acc);
+      reinterpret_cast<uint4*>(p.residual_out)[v] = rounded;
+      h[j] = rounded;
+      float hf[E::kLanes];
+      E::to_float(rounded, hf);
+#pragma unroll
+      for (int l = 0; l < E::kLanes; ++l) sumsq += hf[l] * hf[l];
+    }
+    const float total = fused_block_sum(sumsq, scratch);
+    const float scale = rsqrtf(total / static_cast<float>(p.hidden) + p.eps);
+#pragma unroll
+    for (int j = 0; j < kFusedMaxVecsPerThread; ++j) {
+      const uint32_t c = threadIdx.x + j * blockDim.x;
+      if (c >= row_vecs) break;
+      float g[E::kLanes];
+      E::to_float(gamma.v[j], g);
+      float o[E::kLanes];
+      E::to_float(h[j], o);
+#pragma unroll
+      for (int l = 0; l < E::kLanes; ++l) o[l] = o[l] * scale * g[l];
+      reinterpret_cast<uint4*>(p.normed)[static_cast<uint64_t>(row) * row_vecs + c] = E::from_float(o);
+    }
+  }
+}
+
+}  // namespace rs::comm

@@ -1,0 +1,258 @@
+#pragma once
+// Building blocks of the Lamport all-reduces: element traits with the -0.0 sentinel, 16-byte
+// volatile peer stores and polls, the bounded spin-wait, and the per-call buffer rotation.
+//
+// Why the data can be its own flag: every buffer is armed with -0.0 in every lane, and no rank
+// ever writes -0.0 (inputs are canonicalised to +0.0, which changes no sum). A reader that sees
+// no -0.0 lane in a vector has that vector's data; lanes are 2 or 4 bytes and each lands whole,
+// so a torn 16-byte store only means polling again.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/comm/comm_layout.h"
+
+namespace rs::comm {
+
+// ---- element traits ------------------------------------------------------------------------
+template <ElemType kType> struct Elem;
+
+template <> struct Elem<ElemType::bf16> {
+  static constexpr int kLanes = 8;
+  static constexpr uint32_t kSentinelWord = 0x80008000u;  // two bf16 -0.0
+  static constexpr const char* kName = "bf16";
+  __device__ static bool has_sentinel(const uint4& v) {
+    // __vcmpeq2 compares the two 16-bit halves at once: 0xffff in each half that matches.
+    return (__vcmpeq2(v.x, kSentinelWord) | __vcmpeq2(v.y, kSentinelWord) |
+            __vcmpeq2(v.z, kSentinelWord) | __vcmpeq2(v.w, kSentinelWord)) != 0u;
+  }
+  __device__ static uint32_t canonical_word(uint32_t w) { return w & ~__vcmpeq2(w, kSentinelWord); }
+  __device__ static void to_float(const uint4& v, float* f) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+  __device__ static uint4 from_float(const float* f) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+      w[i] = *reinterpret_cast<uint32_t*>(&h);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  __device__ static float load_scalar(const void* p, uint64_t i) {
+    return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16);
+  }
+  __device__ static void store_lane(void* p, uint64_t i, const uint4& v, int lane) {
+    const uint32_t w = (&v.x)[lane / 2];
+    static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(lane % 2 ? w >> 16 : w & 0xffffu);
+  }
+  __device__ static uint32_t scalar_bits(const void* p, uint64_t i) {
+    return static_cast<const uint16_t*>(p)[i];
+  }
+  __device__ static uint4 pack_bits(const uint32_t* b) {  // kLanes raw element bit patterns
+    return make_uint4(b[0] | b[1] << 16, b[2] | b[3] << 16, b[4] | b[5] << 16, b[6] | b[7] << 16);
+  }
+};
+
+template <> struct Elem<ElemType::fp32> {
+  static constexpr int kLanes = 4;
+  static constexpr uint32_t kSentinelWord = 0x80000000u;  // fp32 -0.0
+  static constexpr const char* kName = "fp32";
+  __device__ static bool has_sentinel(const uint4& v) {
+    return v.x == kSentinelWord || v.y == kSentinelWord || v.z == kSentinelWord ||
+           v.w == kSentinelWord;
+  }
+  __device__ static uint32_t canonical_word(uint32_t w) { return w == kSentinelWord ? 0u : w; }
+  __device__ static void to_float(const uint4& v, float* f) {
+    f[0] = __uint_as_float(v.x); f[1] = __uint_as_float(v.y);
+    f[2] = __uint_as_float(v.z); f[3] = __uint_as_float(v.w);
+  }
+  __device__ static uint4 from_float(const float* f) {
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                      __float_as_uint(f[3]));
+  }
+  __device__ static float load_scalar(const void* p, uint64_t i) {
+    return static_cast<const float*>(p)[i];
+  }
+  __device__ static void store_lane(void* p, uint64_t i, const uint4& v, int lane) {
+    static_cast<uint32_t*>(p)[i] = (&v.x)[lane];
+  }
+  __device__ static uint32_t scalar_bits(const void* p, uint64_t i) {
+    return static_cast<const uint32_t*>(p)[i];
+  }
+  __device__ static uint4 pack_bits(const uint32_t* b) { return make_uint4(b[0], b[1], b[2], b[3]); }
+};
+
+template <class E> __device__ __forceinline__ uint4 canonical(const uint4& v) {
+  return make_uint4(E::canonical_word(v.x), E::canonical_word(v.y), E::canonical_word(v.z),
+                    E::canonical_word(v.w));
+}
+
+template <class E> __device__ __forceinline__ uint4 sentinel_vec() {
+  return make_uint4(E::kSentinelWord, E::kSentinelWord, E::kSentinelWord, E::kSentinelWord);
+}
+
+// ---- memory access ---------------------------------------------------------------------------
+// Volatile: the compiler may neither cache a poll in a register nor merge or drop a peer store,
+// and the access skips L1, so a poll always reaches the L2 where peer stores land.
+__device__ __forceinline__ uint4 ld_volatile(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_volatile(uint4* p, const uint4& v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// Vector `vec` of an array of `count` elements; lanes past the end read as +0.0.
+template <class E>
+__device__ __forceinline__ uint4 load_vec(const void* base, uint64_t count, uint64_t vec) {
+  const uint64_t first = vec * E::kLanes;
+  if (first + E::kLanes <= count) return reinterpret_cast<const uint4*>(base)[vec];
+  uint32_t bits[E::kLanes];
+#pragma unroll
+  for (int l = 0; l < E::kLanes; ++l) bits[l] = first + l < count ? E::scalar_bits(base, first + l) : 0u;
+  return E::pack_bits(bits);
+}
+
+template <class E>
+__device__ __forceinline__ void store_vec(void* base, uint64_t count, uint64_t vec, const uint4& v) {
+  const uint64_t first = vec * E::kLanes;
+  if (first + E::kLanes <= count) {
+    reinterpret_cast<uint4*>(base)[vec] = v;
+    return;
+  }
+#pragma unroll
+  for (int l = 0; l < E::kLanes; ++l)
+    if (first + l < count) E::store_lane(base, first + l, v, l);
+}
+
+// ---- bounded spin-wait -----------------------------------------------------------------------
+__device__ __forceinline__ uint64_t global_time_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Where a wait stands, for the diagnostic a timeout prints.
+struct WaitSite {
+  const char* op;
+  int rank;
+  uint32_t buffer;
+  uint32_t region;  // the slot: which peer's data (or gathered chunk) this rank waits for
+  uint64_t vec;
+};
+
+template <class E>
+__device__ __noinline__ uint4 wait_slow(const uint4* p, uint64_t timeout_ns, WaitSite site) {
+  const uint64_t start = global_time_ns();
+  for (uint32_t spin = 0;; ++spin) {
+    const uint4 v = ld_volatile(p);
+    if (!E::has_sentinel(v)) return v;
+    if ((spin & 255u) == 255u && global_time_ns() - start > timeout_ns) {
+      printf("rackserve comm: %s (%s) on rank %d timed out after %llu ms waiting for buffer %u "
+             "slot %u vector %llu (block %d thread %d): a peer never wrote it (peer not "
+             "launched, mismatched call sequence, or dead GPU); trapping\n",
+             site.op, E::kName, site.rank, static_cast<unsigned long long>(timeout_ns / 1000000),
+             site.buffer, site.region, static_cast<unsigned long long>(site.vec),
+             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x));
+      __trap();
+    }
+  }
+}
+
+// `first` is a poll of p already issued (so several slots' polls can be in flight at once).
+template <class E>
+__device__ __forceinline__ uint4 wait_ready(const uint4* p, const uint4& first, uint64_t timeout_ns,
+                                            const WaitSite& site) {
+  if (!E::has_sentinel(first)) return first;
+  return wait_slow<E>(p, timeout_ns, site);
+}
+
+// Sum, in fp32 and in rank order 0..N-1, of vector `vec` of every slot of `buffer`; slot
+// `rank` is this rank's own canonical input `own` (it never crosses the link). Polls are issued
+// a batch at a time so their latencies overlap; the order of the additions never changes, so
+// every rank computes the same bits.
+constexpr int kPollBatch = 8;
+
+template <class E>
+__device__ __forceinline__ void reduce_slots(const LamportView& ws, uint32_t buffer, uint64_t vec,
+                                             const uint4& own, const char* op, float* acc) {
+#pragma unroll
+  for (int l = 0; l < E::kLanes; ++l) acc[l] = 0.f;
+  for (int s0 = 0; s0 < ws.nranks; s0 += kPollBatch) {
+    uint4 polled[kPollBatch];
+#pragma unroll
+    for (int i = 0; i < kPollBatch; ++i) {
+      const int s = s0 + i;
+      if (s < ws.nranks && s != ws.rank) polled[i] = ld_volatile(ws.region(ws.rank, buffer, s) + vec);
+    }
+#pragma unroll
+    for (int i = 0; i < kPollBatch; ++i) {
+      const int s = s0 + i;
+      if (s >= ws.nranks) break;
+      const uint4 w = s == ws.rank ? own
+                                   : wait_ready<E>(ws.region(ws.rank, buffer, s) + vec, polled[i],
+                                                   ws.timeout_ns,
+                                                   WaitSite{op, ws.rank, buffer, static_cast<uint32_t>(s), vec});
+      float f[E::kLanes];
+      E::to_float(w, f);
+#pragma unroll
+      for (int l = 0; l < E::kLanes; ++l) acc[l] += f[l];
+    }
+  }
+}
+
+// ---- buffer rotation -------------------------------------------------------------------------
+// Call k uses buffer k % 3 and re-arms the buffer of call k-1, whose next use is call k+2.
+// Why that is safe without a barrier: this rank finished reading that buffer in call k-1 (this
+// call starts after griddepcontrol.wait / kernel order), every peer store into it has landed
+// (the reader saw every vector it reads free of the sentinel, and peers store nothing else
+// there), and no peer can store into it again before call k+2, which needs this rank's call k+1
+// data, written only after this call has completed. Re-arming while peers' data of call k is in
+// flight keeps its cost off the critical path.
+__device__ __forceinline__ uint32_t previous_buffer(uint32_t buffer) {
+  return (buffer + kLamportBuffers - 1) % kLamportBuffers;
+}
+
+template <class E>
+__device__ __forceinline__ void rearm_previous(const LamportView& ws, uint32_t buffer, int cta,
+                                               int ctas) {
+  const uint32_t prev = previous_buffer(buffer);
+  const uint32_t dirty = ws.state->dirty_vecs[prev];
+  const uint64_t total = static_cast<uint64_t>(dirty) * ws.regions;
+  const uint4 s = sentinel_vec<E>();
+  for (uint64_t i = static_cast<uint64_t>(cta) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<uint64_t>(ctas) * blockDim.x) {
+    ws.region(ws.rank, prev, static_cast<uint32_t>(i / dirty))[i % dirty] = s;
+  }
+}
+
+// Kernel-wrapper side of the rotation: which buffer this CTA's call uses, and the advance after.
+__device__ __forceinline__ uint32_t lamport_begin(const LamportView& ws, uint32_t* smem_slot) {
+  if (threadIdx.x == 0) *smem_slot = ws.state->next_buffer[blockIdx.x];
+  __syncthreads();
+  return *smem_slot;
+}
+
+__device__ __forceinline__ void lamport_end(const LamportView& ws, uint32_t buffer,
+                                            uint32_t vecs_used) {
+  __syncthreads();  // every thread of this CTA has read the state before it moves on
+  if (threadIdx.x == 0) {
+    ws.state->next_buffer[blockIdx.x] = (buffer + 1) % kLamportBuffers;
+    if (blockIdx.x == 0) ws.state->dirty_vecs[buffer] = vecs_used;
+  }
+}
+
+}  // namespace rs::comm

@@ -1,0 +1,189 @@
+#include "parallel/comm.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "kernels/comm/comm_launch.h"
+#include "parallel/cuda_check.h"
+#include "parallel/peer_memory.h"
+
+namespace rs::parallel {
+namespace {
+
+comm::ElemType elem_type(DType t) {
+  switch (t) {
+    case DType::BF16: return comm::ElemType::bf16;
+    case DType::F32: return comm::ElemType::fp32;
+    default:
+      throw Error(std::string("all-reduce of ") + dtype_name(t) + ": only BF16 and F32 are supported");
+  }
+}
+
+int lanes(DType t) { return static_cast<int>(comm::kVecBytes / dtype_size(t)); }
+
+void check_aligned(const void* p, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % comm::kVecBytes != 0)
+    throw Error(std::string("all-reduce ") + what + " pointer is not 16-byte aligned");
+}
+
+int sm_count(int device) {
+  int n = 0;
+  cuda_check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "SM count");
+  return n;
+}
+
+uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace
+
+const char* algo_name(AllReduceAlgo a) {
+  switch (a) {
+    case AllReduceAlgo::automatic: return "auto";
+    case AllReduceAlgo::lamport_oneshot: return "lamport-oneshot";
+    case AllReduceAlgo::two_shot: return "two-shot";
+    case AllReduceAlgo::nccl: return "nccl";
+  }
+  return "?";
+}
+
+Comm::Comm(const Topology& topo, const CommConfig& config) : topo_(topo), config_(config) {
+  enable_peer_access(topo.devices());
+  // Every CTA of a Lamport kernel may spin until its peers' CTAs run, so all of them must be
+  // resident at once. A rank alone on its GPU may use every SM; ranks sharing a GPU split the
+  // SMs, and leave half free for the next kernel a PDL launch brings in early.
+  const int sms = sm_count(topo.device_of(0));
+  const int budget = topo.ranks_share_devices() ? std::max(1, sms / (2 * topo.ranks_per_device())) : sms;
+  const int oneshot_ctas = std::min(budget, config.oneshot_max_ctas);
+  const int fused_ctas = std::min(budget, config.fused_max_ctas);
+  const int two_shot_ctas = config.two_shot_max_ctas > 0 ? std::min(budget, config.two_shot_max_ctas) : budget;
+  const uint32_t n = static_cast<uint32_t>(topo.size());
+  for (comm::ElemType t : {comm::ElemType::bf16, comm::ElemType::fp32}) {
+    oneshot_.push_back(std::make_unique<LamportWorkspace>(
+        topo, t, LamportShape{n, round_up(config.oneshot_capacity_bytes, comm::kVecBytes), oneshot_ctas},
+        config.timeout_ns));
+    fused_.push_back(std::make_unique<LamportWorkspace>(
+        topo, t, LamportShape{n, round_up(config.fused_capacity_bytes, comm::kVecBytes), fused_ctas},
+        config.timeout_ns));
+    two_shot_.push_back(std::make_unique<LamportWorkspace>(
+        topo, t,
+        LamportShape{2 * n, round_up((config.two_shot_capacity_bytes + n - 1) / n, comm::kVecBytes),
+                     two_shot_ctas},
+        config.timeout_ns));
+  }
+  if (!config.enable_nccl) {
+    nccl_status_ = "disabled";
+  } else {
+    try {
+      nccl_ = std::make_unique<NcclComms>(topo);
+      const int v = nccl_->version();
+      nccl_status_ = "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+                     std::to_string(v % 100);
+    } catch (const Error& e) {
+      nccl_status_ = e.what();
+    }
+  }
+}
+
+Comm::~Comm() = default;
+
+void Comm::check_rank(int rank) const {
+  if (rank < 0 || rank >= topo_.size())
+    throw Error("comm rank " + std::to_string(rank) + " outside 0.." + std::to_string(topo_.size() - 1));
+}
+
+const LamportWorkspace& Comm::workspace(const std::vector<std::unique_ptr<LamportWorkspace>>& set,
+                                        DType dtype) const {
+  return *set.at(static_cast<size_t>(elem_type(dtype)));
+}
+
+AllReduceAlgo Comm::choose(uint64_t bytes) const {
+  if (bytes <= config_.dispatch.oneshot_max_bytes) return AllReduceAlgo::lamport_oneshot;
+  if (bytes > config_.dispatch.two_shot_max_bytes && has_nccl()) return AllReduceAlgo::nccl;
+  return AllReduceAlgo::two_shot;
+}
+
+void Comm::all_reduce(int rank, const void* in, void* out, size_t count, DType dtype,
+                      cudaStream_t stream, AllReduceAlgo algo) const {
+  check_rank(rank);
+  const comm::ElemType type = elem_type(dtype);
+  if (count == 0) return;
+  check_aligned(in, "input");
+  check_aligned(out, "output");
+  const size_t esize = dtype_size(dtype);
+  if (algo == AllReduceAlgo::automatic) algo = choose(count * esize);
+  if (algo == AllReduceAlgo::nccl) {
+    if (!nccl_) throw Error("NCCL all-reduce requested but NCCL is unavailable: " + nccl_status_);
+    nccl_->all_reduce(rank, in, out, count, dtype, stream);
+    return;
+  }
+  const LamportWorkspace& ws =
+      workspace(algo == AllReduceAlgo::lamport_oneshot ? oneshot_ : two_shot_, dtype);
+  const comm::LamportView view = ws.view(rank);
+  // Largest piece one call can carry; a multiple of 16 bytes, so later pieces stay aligned.
+  const uint64_t piece = algo == AllReduceAlgo::lamport_oneshot
+                             ? ws.region_bytes() / esize
+                             : ws.region_bytes() / esize * static_cast<uint64_t>(topo_.size());
+  const auto* src = static_cast<const char*>(in);
+  auto* dst = static_cast<char*>(out);
+  for (uint64_t done = 0; done < count; done += piece) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(piece, count - done));
+    cudaError_t err;
+    if (algo == AllReduceAlgo::lamport_oneshot) {
+      const comm::OneShotParams p{view, src + done * esize, dst + done * esize, n, type};
+      err = comm::launch_lamport_oneshot(p, {ws.ctas(), config_.oneshot_threads, config_.pdl}, stream);
+    } else {
+      const comm::TwoShotParams p{view, src + done * esize, dst + done * esize, n, type};
+      err = comm::launch_two_shot(p, {ws.ctas(), config_.two_shot_threads, config_.pdl}, stream);
+    }
+    cuda_check(err, std::string(algo_name(algo)) + " all-reduce launch on rank " + std::to_string(rank));
+  }
+}
+
+void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaStream_t stream) const {
+  check_rank(rank);
+  const comm::ElemType type = elem_type(a.dtype);
+  if (a.rows == 0) return;
+  const int l = lanes(a.dtype);
+  if (a.hidden == 0 || a.hidden % l != 0)
+    throw Error("fused all-reduce+rmsnorm: hidden " + std::to_string(a.hidden) +
+                " must be a positive multiple of " + std::to_string(l));
+  const uint32_t row_vecs = a.hidden / l;
+  const uint32_t max_vecs = comm::kFusedMaxVecsPerThread * comm::kFusedMaxThreads;
+  if (row_vecs > max_vecs)
+    throw Error("fused all-reduce+rmsnorm: hidden " + std::to_string(a.hidden) + " exceeds the largest row (" +
+                std::to_string(max_vecs * l) + " elements) one CTA holds");
+  if (!(a.eps > 0.f)) throw Error("fused all-reduce+rmsnorm: eps must be > 0");
+  check_aligned(a.x, "x");
+  check_aligned(a.residual, "residual");
+  check_aligned(a.gamma, "gamma");
+  check_aligned(a.residual_out, "residual_out");
+  check_aligned(a.normed, "normed");
+  const LamportWorkspace& ws = workspace(fused_, a.dtype);
+  const uint64_t row_bytes = static_cast<uint64_t>(a.hidden) * dtype_size(a.dtype);
+  const uint64_t rows_per_piece = ws.region_bytes() / row_bytes;
+  if (rows_per_piece == 0)
+    throw Error("fused all-reduce+rmsnorm: a row of " + std::to_string(row_bytes) +
+                " bytes exceeds the fused workspace capacity (" + std::to_string(ws.region_bytes()) + " bytes)");
+  const uint32_t per_thread = (row_vecs + comm::kFusedMaxThreads - 1) / comm::kFusedMaxThreads;
+  const int threads = static_cast<int>(round_up((row_vecs + per_thread - 1) / per_thread, 32));
+  const comm::LamportView view = ws.view(rank);
+  for (uint64_t row = 0; row < a.rows; row += rows_per_piece) {
+    const uint32_t rows = static_cast<uint32_t>(std::min<uint64_t>(rows_per_piece, a.rows - row));
+    const uint64_t off = row * row_bytes;
+    comm::FusedArNormParams p{};
+    p.ws = view;
+    p.x = static_cast<const char*>(a.x) + off;
+    p.residual = static_cast<const char*>(a.residual) + off;
+    p.gamma = a.gamma;
+    p.residual_out = static_cast<char*>(a.residual_out) + off;
+    p.normed = static_cast<char*>(a.normed) + off;
+    p.rows = rows;
+    p.hidden = a.hidden;
+    p.eps = a.eps;
+    p.type = type;
+    cuda_check(comm::launch_fused_allreduce_rmsnorm(p, {ws.ctas(), threads, config_.pdl}, stream),
+               "fused all-reduce+rmsnorm launch on rank " + std::to_string(rank));
+  }
+}
+
+}  // namespace rs::parallel

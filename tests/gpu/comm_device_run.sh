@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One device call for the comm room: build (or use carried binaries), run the gpu.comm tests and
+# `rackserve bench allreduce`, print a compact table last. Logs under $OUT.
+#   BIN=.comm-bin bash tests/gpu/comm_device_run.sh     (binaries built elsewhere, carried)
+#   bash tests/gpu/comm_device_run.sh                    (builds with the vendored deps)
+set -uo pipefail
+OUT=${OUT:-/tmp/comm-out}; mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nccl=$(ls /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 2>/dev/null | head -1)
+[ -z "$nccl" ] && nccl=$(find / -xdev -name 'libnccl.so.2*' 2>/dev/null | head -1)
+export RS_NCCL_LIBRARY=$nccl
+{ nvidia-smi -L; nvidia-smi topo -m; echo "nccl: $nccl"; } > "$OUT/machine.txt" 2>&1
+BIN=${BIN:-}
+if [ -z "$BIN" ] || ! "$BIN/rackserve" --version >/dev/null 2>&1; then
+  echo "building on the device machine"
+  cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DRS_VENDORED_DEPS=$PWD/.gpu-build > "$OUT/build.log" 2>&1 &&
+    ninja -C /tmp/b -j16 rackserve rackserve_tests >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  BIN=/tmp/b
+fi
+export RS_RACKSERVE_BINARY=$BIN/rackserve
+cat "$OUT/machine.txt"
+timeout 240 "$BIN/rackserve_tests" --test-suite='gpu.comm*,unit.comm*' --no-intro 2>&1 | tee "$OUT/tests.log" | tail -25
+R="$BIN/rackserve bench allreduce"
+timeout 120 $R --tp 2 --dtype bf16 2>&1 | tee "$OUT/bench.txt" > /dev/null
+timeout 60 $R --tp 2 --dtype fp32 --sizes 1K,14K,256K,1M,16M,64M 2>&1 | tee -a "$OUT/bench.txt" > /dev/null
+timeout 60 $R --tp 2 --dtype bf16 --no-pdl --sizes 1K,14K,64K 2>&1 | tee -a "$OUT/bench.txt" > /dev/null
+timeout 60 $R --tp 4 --trays 2 --dtype bf16 --sizes 1K,14K,1M 2>&1 | tee -a "$OUT/bench.txt" > /dev/null
+timeout 60 $R --tp 2 --dtype bf16 --reps 31 --sizes 14K 2>&1 | tee -a "$OUT/bench.txt" > /dev/null
+cat "$OUT/bench.txt"

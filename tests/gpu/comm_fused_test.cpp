@@ -1,0 +1,142 @@
+// gpu.comm: fused all-reduce + residual add + RMSNorm against an fp64 reference.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "common/error.h"
+
+#include "parallel/comm.h"
+#include "parallel/rank_threads.h"
+#include "tests/gpu/comm_test_util.h"
+
+namespace rs::comm_test {
+namespace {
+
+using parallel::Comm;
+using parallel::FusedArNormArgs;
+using parallel::Topology;
+
+struct FusedOut {
+  std::vector<HostArray> residual_out, normed;
+};
+
+FusedOut run_fused(const Comm& comm, const std::vector<HostArray>& x, const HostArray& residual,
+                   const HostArray& gamma, uint32_t rows, uint32_t hidden, DType t, bool in_place) {
+  const int n = comm.size();
+  FusedOut o;
+  o.residual_out.resize(n);
+  o.normed.resize(n);
+  const size_t bytes = size_t{rows} * hidden * dtype_size(t);
+  parallel::run_rank_threads(comm.topology(), [&](int rank) {
+    cudaStream_t s;
+    RS_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    DeviceArray dx(bytes), dres(bytes), dres_out(bytes), dnormed(bytes), dgamma(hidden * dtype_size(t));
+    dx.upload(x[rank]);
+    dres.upload(residual);
+    dres_out.upload(poison_array(size_t{rows} * hidden, t));
+    dnormed.upload(poison_array(size_t{rows} * hidden, t));
+    dgamma.upload(gamma);
+    FusedArNormArgs a;
+    a.x = dx.ptr;
+    a.residual = dres.ptr;
+    a.gamma = dgamma.ptr;
+    a.residual_out = in_place ? dres.ptr : dres_out.ptr;
+    a.normed = dnormed.ptr;
+    a.rows = rows;
+    a.hidden = hidden;
+    a.eps = 1e-6f;
+    a.dtype = t;
+    comm.all_reduce_residual_rmsnorm(rank, a, s);
+    RS_CUDA_OK(cudaStreamSynchronize(s));
+    o.residual_out[rank] = (in_place ? dres : dres_out).download(t);
+    o.normed[rank] = dnormed.download(t);
+    cudaStreamDestroy(s);
+  });
+  return o;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu.comm") {
+
+TEST_CASE("fused all-reduce + residual + RMSNorm equals the fp64 reference; ranks agree bit for bit") {
+  if (!have_two_gpus()) return;
+  struct Shape { int tp, trays; uint32_t rows, hidden; DType t; bool in_place; };
+  const Shape shapes[] = {
+      {2, 1, 1, 7168, DType::BF16, false}, {2, 1, 3, 7168, DType::BF16, true},
+      {2, 1, 40, 7168, DType::BF16, false},  // more rows than CTAs: rows dealt round-robin
+      {2, 1, 2, 16, DType::BF16, false},     {2, 1, 5, 4096, DType::F32, false},
+      {2, 1, 1, 7168, DType::F32, false},    {2, 1, 200, 7168, DType::BF16, false},  // > 1 MiB: two pieces
+      {4, 2, 3, 7168, DType::BF16, false},   {8, 2, 2, 7168, DType::BF16, false},
+  };
+  std::map<std::pair<int, int>, std::unique_ptr<Comm>> comms;
+  uint64_t seed = 9000;
+  for (const Shape& sh : shapes) {
+    auto& comm = comms[{sh.tp, sh.trays}];
+    if (!comm) comm = std::make_unique<Comm>(Topology::make(sh.tp, sh.trays, gpu_count()));
+    const size_t count = size_t{sh.rows} * sh.hidden;
+    std::vector<HostArray> x;
+    for (int k = 0; k < sh.tp; ++k) x.push_back(random_array(count, sh.t, ++seed));
+    const HostArray residual = random_array(count, sh.t, ++seed, 2.0f);
+    const HostArray gamma = random_array(sh.hidden, sh.t, ++seed);
+    const FusedOut o = run_fused(*comm, x, residual, gamma, sh.rows, sh.hidden, sh.t, sh.in_place);
+
+    size_t bad_res = 0, bad_norm = 0, bad_bits = 0;
+    double worst_res = 0, worst_norm = 0;
+    for (uint32_t row = 0; row < sh.rows; ++row) {
+      double sumsq = 0;
+      for (uint32_t c = 0; c < sh.hidden; ++c) {
+        const size_t i = size_t{row} * sh.hidden + c;
+        double exact = residual.get(i), abs_sum = std::fabs(residual.get(i));
+        for (int k = 0; k < sh.tp; ++k) {
+          exact += x[k].get(i);
+          abs_sum += std::fabs(x[k].get(i));
+        }
+        const double got = o.residual_out[0].get(i);
+        const double err = std::fabs(got - exact);
+        if (!(err <= sum_tolerance(sh.t, exact, abs_sum, sh.tp + 1))) ++bad_res;
+        worst_res = std::max(worst_res, err);
+        sumsq += got * got;  // the norm reads residual_out as rounded
+        for (int k = 1; k < sh.tp; ++k)
+          if (o.residual_out[k].bits(i) != o.residual_out[0].bits(i) || o.normed[k].bits(i) != o.normed[0].bits(i))
+            ++bad_bits;
+      }
+      const double inv_rms = 1.0 / std::sqrt(sumsq / sh.hidden + 1e-6);
+      for (uint32_t c = 0; c < sh.hidden; ++c) {
+        const size_t i = size_t{row} * sh.hidden + c;
+        const double expect = o.residual_out[0].get(i) * inv_rms * gamma.get(c);
+        const double err = std::fabs(o.normed[0].get(i) - expect);
+        // Element rounding plus the fp32 sum of squares and rsqrt (relative 1e-3 covers hidden=16K).
+        if (!(err <= (unit_roundoff(sh.t) + 1e-3) * std::fabs(expect) + 1e-6)) ++bad_norm;
+        worst_norm = std::max(worst_norm, err);
+      }
+    }
+    INFO("tp=" << sh.tp << " rows=" << sh.rows << " hidden=" << sh.hidden << (sh.t == DType::BF16 ? " bf16" : " fp32")
+               << (sh.in_place ? " in-place" : "") << ": worst residual err " << worst_res << ", worst norm err " << worst_norm);
+    CHECK(bad_res == 0);
+    CHECK(bad_norm == 0);
+    CHECK(bad_bits == 0);
+  }
+}
+
+TEST_CASE("fused all-reduce + RMSNorm rejects shapes it cannot hold, with a message") {
+  if (!have_two_gpus()) return;
+  Comm comm(Topology::make(2, 1, 2), [] { parallel::CommConfig c; c.enable_nccl = false; return c; }());
+  FusedArNormArgs a;
+  a.x = a.residual = a.gamma = reinterpret_cast<void*>(256);
+  a.residual_out = a.normed = reinterpret_cast<void*>(256);
+  a.rows = 1;
+  a.hidden = 7170;  // not a multiple of 8 bf16
+  CHECK_THROWS_WITH_AS(comm.all_reduce_residual_rmsnorm(0, a, nullptr),
+                       doctest::Contains("hidden 7170 must be a positive multiple of 8"), Error);
+  a.hidden = 16384 * 2;
+  CHECK_THROWS_WITH_AS(comm.all_reduce_residual_rmsnorm(0, a, nullptr), doctest::Contains("exceeds the largest row"), Error);
+  a.hidden = 7168;
+  a.x = reinterpret_cast<void*>(258);
+  CHECK_THROWS_WITH_AS(comm.all_reduce_residual_rmsnorm(0, a, nullptr), doctest::Contains("x pointer is not 16-byte aligned"), Error);
+}
+
+}  // TEST_SUITE
+}  // namespace rs::comm_test
