@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the comm room: build (or use carried binaries), run the gpu.comm tests and
 # `rackserve bench allreduce`, print a compact table last. Logs under $OUT.
-#   BIN=.comm-bin bash tests/gpu/comm_device_run.sh     (binaries built elsewhere, carried)
+#   bash tests/gpu/comm_device_run.sh with .comm-bin/bins.tar.xz carried (stripped binaries built elsewhere)
 #   bash tests/gpu/comm_device_run.sh                    (builds with the vendored deps)
 set -uo pipefail
 OUT=${OUT:-/tmp/comm-out}; mkdir -p "$OUT"
@@ -11,6 +11,7 @@ nccl=$(ls /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so
 export RS_NCCL_LIBRARY=$nccl
 { nvidia-smi -L; nvidia-smi topo -m; echo "nccl: $nccl"; } > "$OUT/machine.txt" 2>&1
 BIN=${BIN:-}
+if [ -f .comm-bin/bins.tar.xz ]; then mkdir -p /tmp/cb && tar xJf .comm-bin/bins.tar.xz -C /tmp/cb && BIN=/tmp/cb; fi
 if [ -z "$BIN" ] || ! "$BIN/rackserve" --version >/dev/null 2>&1; then
   echo "building on the device machine"
   cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DRS_VENDORED_DEPS=$PWD/.gpu-build > "$OUT/build.log" 2>&1 &&
