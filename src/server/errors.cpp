@@ -1,5 +1,6 @@
 #include "server/errors.h"
 
+#include <cctype>
 #include <cstdio>
 
 #include <httplib.h>
@@ -54,7 +55,12 @@ ApiError classify_current_exception() {
   } catch (const nlohmann::json::exception& e) {
     return ApiError(400, std::string("invalid JSON: ") + e.what());
   } catch (const Error& e) {
-    return ApiError(400, e.what());
+    // Request validation errors read "<param>: <problem>"; keep the param for the client.
+    std::string msg = e.what();
+    size_t k = 0;
+    while (k < msg.size() && (std::islower(static_cast<unsigned char>(msg[k])) || msg[k] == '_')) ++k;
+    if (k > 0 && msg.compare(k, 2, ": ") == 0) return ApiError(400, msg, msg.substr(0, k));
+    return ApiError(400, msg);
   } catch (const std::bad_alloc&) {
     return ApiError(500, "out of memory while handling the request");
   } catch (const std::exception& e) {

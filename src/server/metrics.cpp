@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace rs::server {
 
@@ -28,8 +29,12 @@ std::vector<double> one_two_five(double max) {
 
 std::string fmt(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  // Shortest text that reads back as the same double: "0.005", not "0.0050000000000000001".
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   return buf;
 }
 
