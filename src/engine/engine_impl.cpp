@@ -83,6 +83,7 @@ class EngineImpl final : public Engine {
   bool stop_ = false, cancel_all_ = false;           // guarded by inbox_->mu
   std::atomic<bool> accepting_{true};
   std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<int> outstanding_{0};  // submitted and not yet retired
   std::atomic<Observer*> observer_{nullptr};
   std::thread thread_;
   std::mutex shutdown_mu_;
@@ -169,6 +170,7 @@ std::shared_ptr<RequestHandle> EngineImpl::submit(GenerationRequest req) {
       throw QueueFullError("the waiting queue is full (" + std::to_string(cfg_.max_queued_requests) +
                            " requests); retry later");
     submitted_.push_back(std::move(r));
+    outstanding_.fetch_add(1);
   }
   inbox_->cv.notify_all();
   return handle;
@@ -185,11 +187,7 @@ void EngineImpl::shutdown(std::chrono::milliseconds timeout) {
   if (!thread_.joinable()) return;
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
-    {
-      std::lock_guard<std::mutex> lk(inbox_->mu);
-      std::lock_guard<std::mutex> sl(stats_mu_);
-      if (submitted_.empty() && stats_.running == 0 && stats_.waiting == 0) break;
-    }
+    if (outstanding_.load() == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   {
@@ -441,6 +439,7 @@ void EngineImpl::retire_finished() {
     if (obs) obs->on_finished(seconds_between(r->arrival, now), r->prompt_len(), r->completion_tokens);
     ++finished_total_;
     it = live_.erase(it);
+    outstanding_.fetch_sub(1);
   }
 }
 

@@ -71,7 +71,10 @@ class FakeBackend : public Backend {
 
   std::vector<SeqResult> execute(const Batch& batch) override {
     std::unique_lock<std::mutex> lk(mu_);
-    gate_cv_.wait(lk, [&] { return open_; });
+    ++blocked_;
+    gate_cv_.wait(lk, [&] { return credits_ != 0; });
+    --blocked_;
+    if (credits_ > 0) --credits_;
     ++steps_;
     if (fail_on_step_ == steps_) throw Error("fake backend failure on purpose");
     max_batch_ = std::max<int>(max_batch_, static_cast<int>(batch.seqs.size()));
@@ -118,11 +121,15 @@ class FakeBackend : public Backend {
   }
 
   // Test controls and observations (thread-safe).
-  void close_gate() { std::lock_guard<std::mutex> lk(mu_); open_ = false; }
-  void open_gate() {
-    { std::lock_guard<std::mutex> lk(mu_); open_ = true; }
+  // The gate: execute() waits while it has no credit (-1: unlimited).
+  void close_gate() { std::lock_guard<std::mutex> lk(mu_); credits_ = 0; }
+  void open_gate() { allow_steps(-1); }
+  void allow_steps(int n) {
+    { std::lock_guard<std::mutex> lk(mu_); credits_ = n; }
     gate_cv_.notify_all();
   }
+  // True while the engine thread waits at the gate, i.e. between two steps for certain.
+  bool blocked() const { std::lock_guard<std::mutex> lk(mu_); return blocked_ > 0; }
   // Every sequence then "generates" exactly these tokens, in order (for text-level tests).
   void set_script(std::vector<int32_t> ids) { std::lock_guard<std::mutex> lk(mu_); script_ = std::move(ids); }
   void fail_on_step(int step) { std::lock_guard<std::mutex> lk(mu_); fail_on_step_ = step; }
@@ -140,7 +147,7 @@ class FakeBackend : public Backend {
   std::vector<int32_t> slots_;
   mutable std::mutex mu_;
   std::condition_variable gate_cv_;
-  bool open_ = true;
+  int credits_ = -1, blocked_ = 0;
   int steps_ = 0, max_batch_ = 0, max_step_tokens_ = 0, fail_on_step_ = -1;
   size_t copies_ = 0;
   std::vector<std::string> violations_;

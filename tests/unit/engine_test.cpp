@@ -138,16 +138,16 @@ TEST_CASE("preemption by recompute under a tiny KV pool keeps outputs identical"
 
 TEST_CASE("cancel frees every block by the next step and ends the request as cancelled") {
   Fixture f({}, 1024);
+  f.fake->allow_steps(2);  // prefill + one decode, then the engine waits at the gate
   auto h = f.engine->submit(greedy_request(make_prompt(30, 5), 2000));
-  auto first = h->next(std::chrono::seconds(10));
-  REQUIRE(first);
-  f.fake->close_gate();  // hold the engine inside a step while the client goes away
+  REQUIRE(wait_until([&] { return f.fake->blocked(); }));
   CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used > 0; }));
   h->cancel();
   h->cancel();  // idempotent
   f.fake->open_gate();
   auto c = collect(*h);
   CHECK(c.choices[0].finish == FinishReason::Cancelled);
+  CHECK(c.choices[0].tokens.size() == 3);  // the step in flight when it was cancelled still reports
   CHECK(wait_until([&] {
     auto s = f.engine->stats();
     return s.kv_blocks_used == 0 && s.running == 0 && s.waiting == 0;
@@ -162,14 +162,16 @@ TEST_CASE("cancel of a queued request removes it from the queue") {
   EngineConfig cfg;
   cfg.max_num_seqs = 1;
   Fixture f(cfg);
+  f.fake->allow_steps(1);
   auto a = f.engine->submit(greedy_request(make_prompt(5, 1), 50));
-  REQUIRE(a->next(std::chrono::seconds(10)));
-  f.fake->close_gate();
+  REQUIRE(wait_until([&] { return f.fake->blocked(); }));
   auto b = f.engine->submit(greedy_request(make_prompt(5, 2), 50));
   b->cancel();
   a->cancel();
   f.fake->open_gate();
-  CHECK(collect(*b).choices[0].finish == FinishReason::Cancelled);
+  auto cb = collect(*b);
+  CHECK(cb.choices[0].finish == FinishReason::Cancelled);
+  CHECK(cb.choices[0].tokens.empty());
   CHECK(collect(*a).choices[0].finish == FinishReason::Cancelled);
   CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used == 0 && f.engine->stats().waiting == 0; }));
 }
@@ -338,9 +340,9 @@ TEST_CASE("the waiting queue has a bound: QueueFullError past max_queued_request
   cfg.max_num_seqs = 1;
   cfg.max_queued_requests = 1;
   Fixture f(cfg, 1024);
+  f.fake->allow_steps(1);
   auto a = f.engine->submit(greedy_request(make_prompt(5, 1), 500));
-  REQUIRE(a->next(std::chrono::seconds(10)));
-  f.fake->close_gate();  // the engine is held inside a step: b stays queued
+  REQUIRE(wait_until([&] { return f.fake->blocked(); }));  // a is running; the engine is held
   auto b = f.engine->submit(greedy_request(make_prompt(5, 2), 5));
   CHECK_THROWS_AS(f.engine->submit(greedy_request(make_prompt(5, 3), 5)), QueueFullError);
   a->cancel();
@@ -377,10 +379,23 @@ TEST_CASE("shutdown lets running requests finish within the timeout, then refuse
 
 TEST_CASE("shutdown with a zero timeout cancels what is still running") {
   Fixture f({}, 1024);
+  f.fake->allow_steps(1);
   auto h = f.engine->submit(greedy_request(make_prompt(5, 1), 3000));
-  REQUIRE(h->next(std::chrono::seconds(10)));
-  f.engine->shutdown(std::chrono::milliseconds(0));
-  CHECK(collect(*h).choices[0].finish == FinishReason::Cancelled);
+  REQUIRE(wait_until([&] { return f.fake->blocked(); }));
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {
+    f.engine->shutdown(std::chrono::milliseconds(0));
+    done = true;
+  });
+  // One step at a time until shutdown returns: 3000 tokens would take far longer than that.
+  while (!done) {
+    f.fake->allow_steps(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stopper.join();
+  auto c = collect(*h);
+  CHECK(c.choices[0].finish == FinishReason::Cancelled);
+  CHECK(c.choices[0].tokens.size() < 3000);
 }
 
 }
