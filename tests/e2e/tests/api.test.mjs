@@ -1,0 +1,147 @@
+// The API surface with the official client: models, chat and completions (plain and
+// streaming, with usage), stop strings, seeds, logprobs, echo, n, tokenize/detokenize.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { client, postRaw, drainChat, drainCompletion, MODEL, URL } from './helpers.mjs';
+
+const c = client();
+const chatMsg = (s) => [{ role: 'user', content: s }];
+
+test('GET /v1/models lists the embedded model and says its weights are random', async () => {
+  const list = await c.models.list();
+  assert.equal(list.data.length, 1);
+  const m = list.data[0];
+  assert.equal(m.id, MODEL);
+  assert.equal(m.object, 'model');
+  assert.equal(m.random_weights, true);
+  assert.match(m.description, /RANDOM/);
+});
+
+test('chat: greedy non-streaming and streaming give the same text; usage adds up', async () => {
+  const req = { model: MODEL, messages: chatMsg('Say something.'), max_tokens: 8, temperature: 0 };
+  const r = await c.chat.completions.create(req);
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.prompt_tokens > 5);
+  assert.ok(r.usage.completion_tokens >= 1 && r.usage.completion_tokens <= 8);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+
+  const s = await drainChat(await c.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } }));
+  assert.equal(s.text, r.choices[0].message.content);
+  assert.equal(s.finish, r.choices[0].finish_reason);
+  assert.deepEqual(
+    [s.usage.prompt_tokens, s.usage.completion_tokens],
+    [r.usage.prompt_tokens, r.usage.completion_tokens]);
+});
+
+test('completions: non-streaming and streaming agree; echo prepends the prompt', async () => {
+  const req = { model: MODEL, prompt: 'The capital of France is', max_tokens: 6, temperature: 0, ignore_eos: true };
+  const r = await c.completions.create(req);
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 6);
+  const s = await drainCompletion(await c.completions.create({ ...req, stream: true, stream_options: { include_usage: true } }));
+  assert.equal(s.text, r.choices[0].text);
+  assert.equal(s.usage.completion_tokens, 6);
+  const e = await c.completions.create({ ...req, echo: true });
+  assert.equal(e.choices[0].text, req.prompt + r.choices[0].text);
+});
+
+test('completions accept token ids and batches of prompts', async () => {
+  const tok = (await postRaw('/tokenize', { prompt: 'Hello world' })).json();
+  assert.equal(tok.count, tok.tokens.length);
+  const byText = await c.completions.create({ model: MODEL, prompt: 'Hello world', max_tokens: 4, temperature: 0, ignore_eos: true });
+  const byIds = await c.completions.create({ model: MODEL, prompt: tok.tokens, max_tokens: 4, temperature: 0, ignore_eos: true });
+  assert.equal(byIds.choices[0].text, byText.choices[0].text);
+  const batch = await c.completions.create({ model: MODEL, prompt: ['Hello world', 'Goodbye'], max_tokens: 4, temperature: 0, ignore_eos: true });
+  assert.equal(batch.choices.length, 2);
+  assert.equal(batch.choices[0].text, byText.choices[0].text);
+  assert.equal(batch.usage.completion_tokens, 8);
+});
+
+test('/tokenize and /detokenize round-trip', async () => {
+  const t = (await postRaw('/tokenize', { prompt: 'Hello, rackserve!', add_special_tokens: false })).json();
+  assert.ok(t.tokens.length > 1);
+  assert.equal(t.max_model_len, 1024);
+  const d = (await postRaw('/detokenize', { tokens: t.tokens })).json();
+  assert.equal(d.prompt, 'Hello, rackserve!');
+});
+
+test('stop strings cut the text before the stop and report finish_reason stop', async () => {
+  const req = { model: MODEL, prompt: 'Once upon a time', max_tokens: 16, temperature: 0, ignore_eos: true };
+  const full = (await c.completions.create(req)).choices[0].text;
+  assert.ok(full.length >= 4, `need some text to cut, got ${JSON.stringify(full)}`);
+  // A stop string from the middle of the greedy text: the output ends right before its first
+  // occurrence.
+  const k = Math.floor(full.length / 2);
+  const stop = full.slice(k, k + 2);
+  const cut = full.slice(0, full.indexOf(stop));
+  const r = await c.completions.create({ ...req, stop: [stop] });
+  assert.equal(r.choices[0].text, cut);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const s = await drainCompletion(await c.completions.create({ ...req, stop, stream: true }));
+  assert.equal(s.text, cut);
+  assert.equal(s.finish, 'stop');
+});
+
+test('a seed makes sampling reproducible; different seeds explore', async () => {
+  const req = { model: MODEL, messages: chatMsg('Pick a word.'), max_tokens: 8, temperature: 1.0, ignore_eos: true };
+  const a = await c.chat.completions.create({ ...req, seed: 1234 });
+  const b = await c.chat.completions.create({ ...req, seed: 1234 });
+  assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+  const others = [];
+  for (const seed of [1, 2, 3]) others.push((await c.chat.completions.create({ ...req, seed })).choices[0].message.content);
+  assert.ok(others.some((t) => t !== a.choices[0].message.content), 'three other seeds all gave the same text');
+});
+
+test('logprobs: chat top_logprobs and completions logprobs; greedy picks the most likely', async () => {
+  const r = await c.chat.completions.create({
+    model: MODEL, messages: chatMsg('Hi'), max_tokens: 4, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 3,
+  });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, r.usage.completion_tokens);
+  for (const t of content) {
+    assert.equal(typeof t.token, 'string');
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 3);
+    assert.ok(Math.abs(t.logprob - t.top_logprobs[0].logprob) < 1e-4, 'greedy token is not the most likely');
+    assert.ok(Array.isArray(t.bytes));
+  }
+  const cr = await c.completions.create({ model: MODEL, prompt: 'Hi', max_tokens: 3, temperature: 0, ignore_eos: true, logprobs: 2 });
+  const lp = cr.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 3);
+  assert.equal(lp.token_logprobs.length, 3);
+  assert.equal(Object.keys(lp.top_logprobs[0]).length <= 2, true);
+  assert.equal(lp.text_offset[0], 0);
+  // Echo with logprobs scores the prompt too: its first token has nothing before it.
+  const ec = await c.completions.create({ model: MODEL, prompt: 'Hi there', max_tokens: 1, temperature: 0, echo: true, logprobs: 1 });
+  const elp = ec.choices[0].logprobs;
+  assert.equal(elp.token_logprobs[0], null);
+  assert.ok(elp.token_logprobs.length >= 3);
+  assert.ok(elp.token_logprobs.slice(1).every((v) => typeof v === 'number' && v <= 0));
+});
+
+test('n = 2 returns two choices; with a seed they are reproducible', async () => {
+  const req = { model: MODEL, prompt: 'Numbers:', max_tokens: 5, temperature: 1, seed: 7, n: 2, ignore_eos: true };
+  const a = await c.completions.create(req);
+  const b = await c.completions.create(req);
+  assert.equal(a.choices.length, 2);
+  assert.deepEqual(a.choices.map((x) => x.text), b.choices.map((x) => x.text));
+  assert.equal(a.usage.completion_tokens, 10);
+});
+
+test('SSE framing: data lines, keep-alive comments are legal, [DONE] last', async () => {
+  const res = await fetch(`${URL}/v1/completions`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: 'x '.repeat(400), max_tokens: 3, temperature: 0, ignore_eos: true, stream: true }),
+  });
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('content-type'), /^text\/event-stream/);
+  const body = await res.text();
+  const frames = body.split('\n\n').filter((f) => f.length > 0);
+  assert.equal(frames.at(-1), 'data: [DONE]');
+  for (const f of frames) assert.ok(f.startsWith('data: ') || f.startsWith(':'), `bad frame ${JSON.stringify(f)}`);
+});
