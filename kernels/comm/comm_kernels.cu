@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kCommMaxThreads) two_shot_kernel(const __grid_
   lamport_end(p.ws, buffer, two_shot_chunk_vecs(p.count, E::kLanes, p.ws.nranks));
 }
 
-template <ElemType kType>
+template <ElemType kType, int kVecs>
 __global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_kernel(const __grid_constant__ FusedArNormParams p) {
   using E = Elem<kType>;
   __shared__ uint32_t s_buffer;
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_kerne
   pdl::wait();
   const uint32_t buffer = lamport_begin(p.ws, &s_buffer);
   pdl::launch_dependents();
-  fused_allreduce_rmsnorm_op<E>(p, gamma, buffer, blockIdx.x, gridDim.x);
+  fused_allreduce_rmsnorm_op<E, kVecs>(p, gamma, buffer, blockIdx.x, gridDim.x);
   lamport_end(p.ws, buffer, p.rows * fused_row_vecs(p.hidden, E::kLanes));
 }
 
@@ -73,8 +73,18 @@ cudaError_t launch_two_shot(const TwoShotParams& p, LaunchShape s, cudaStream_t 
 
 cudaError_t launch_fused_allreduce_rmsnorm(const FusedArNormParams& p, LaunchShape s,
                                            cudaStream_t stream) {
-  auto* k = p.type == ElemType::bf16 ? &fused_allreduce_rmsnorm_kernel<ElemType::bf16>
-                                     : &fused_allreduce_rmsnorm_kernel<ElemType::fp32>;
+  // Vectors of a row per thread: the fewest that fit a row in kCommMaxThreads threads.
+  const uint32_t row_vecs = p.hidden * (p.type == ElemType::bf16 ? 2u : 4u) / kVecBytes;
+  const uint32_t per_thread = (row_vecs + s.threads - 1) / s.threads;
+  void (*k)(const FusedArNormParams);
+  const bool bf16 = p.type == ElemType::bf16;
+  switch (per_thread) {
+    case 1: k = bf16 ? &fused_allreduce_rmsnorm_kernel<ElemType::bf16, 1> : &fused_allreduce_rmsnorm_kernel<ElemType::fp32, 1>; break;
+    case 2: k = bf16 ? &fused_allreduce_rmsnorm_kernel<ElemType::bf16, 2> : &fused_allreduce_rmsnorm_kernel<ElemType::fp32, 2>; break;
+    case 3:
+    case 4: k = bf16 ? &fused_allreduce_rmsnorm_kernel<ElemType::bf16, 4> : &fused_allreduce_rmsnorm_kernel<ElemType::fp32, 4>; break;
+    default: return cudaErrorInvalidConfiguration;  // the host checks hidden first
+  }
   return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
 }
 

@@ -23,7 +23,7 @@ enum class ElemType : uint32_t { bf16 = 0, fp32 = 1 };
 struct alignas(16) LamportState {
   // Vectors per region written into each buffer at its last use: the extent the next re-arm clears.
   uint32_t dirty_vecs[kLamportBuffers];
-  uint32_t reserved;
+  uint32_t reported;  // set by the first spin-wait that times out, so one thread prints
   // Buffer index of the next call, one entry per CTA. Every CTA of every call advances its own
   // entry, so the entries stay equal without any cross-CTA synchronisation; this is why a
   // workspace's grid size is fixed for its lifetime.

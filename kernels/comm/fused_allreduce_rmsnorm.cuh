@@ -41,24 +41,29 @@ __device__ __forceinline__ float fused_block_sum(float x, float* scratch /* 32 f
   return total;
 }
 
-template <class E>
+// Each thread owns kVecs vectors of every row (vector c = threadIdx.x + j * blockDim.x). All
+// polls of a row, for every owned vector and a batch of slots, are issued before the first
+// wait, so one link latency covers them all; the additions stay in rank order per element.
+template <class E, int kVecs>
 __device__ void fused_allreduce_rmsnorm_op(const FusedArNormParams& p, const FusedGamma& gamma,
                                            uint32_t buffer, int cta, int ctas) {
+  constexpr int kBatch = kPollBatch / kVecs > 0 ? kPollBatch / kVecs : 1;
   __shared__ float scratch[32];
   const LamportView& ws = p.ws;
   const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
+  const auto* x = reinterpret_cast<const uint4*>(p.x);
 
   // 1. Push every owned row's partial into slot `rank` of every peer.
   for (uint32_t row = cta; row < p.rows; row += ctas) {
 #pragma unroll
-    for (int j = 0; j < kFusedMaxVecsPerThread; ++j) {
+    for (int j = 0; j < kVecs; ++j) {
       const uint32_t c = threadIdx.x + j * blockDim.x;
-      if (c >= row_vecs) break;
+      if (c >= row_vecs) continue;
       const uint64_t v = static_cast<uint64_t>(row) * row_vecs + c;
-      const uint4 x = canonical<E>(reinterpret_cast<const uint4*>(p.x)[v]);
+      const uint4 own = canonical<E>(x[v]);
       for (int i = 0; i < ws.nranks; ++i) {
         const int peer = ws.write_order[i];
-        if (peer != ws.rank) st_volatile(ws.region(peer, buffer, ws.rank) + v, x);
+        if (peer != ws.rank) st_volatile(ws.region(peer, buffer, ws.rank) + v, own);
       }
     }
   }
@@ -67,41 +72,74 @@ __device__ void fused_allreduce_rmsnorm_op(const FusedArNormParams& p, const Fus
 
   // 2. Per row: reduce in rank order, add the residual, round, norm.
   for (uint32_t row = cta; row < p.rows; row += ctas) {
-    uint4 h[kFusedMaxVecsPerThread];  // residual_out as rounded: what the norm reads
+    const uint64_t row_base = static_cast<uint64_t>(row) * row_vecs;
+    bool mine[kVecs];
+    float acc[kVecs][E::kLanes];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      mine[j] = threadIdx.x + j * blockDim.x < row_vecs;
+#pragma unroll
+      for (int l = 0; l < E::kLanes; ++l) acc[j][l] = 0.f;
+    }
+    for (int s0 = 0; s0 < ws.nranks; s0 += kBatch) {
+      uint4 polled[kVecs][kBatch];
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        const uint64_t v = row_base + threadIdx.x + j * blockDim.x;
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          const int s = s0 + i;
+          if (mine[j] && s < ws.nranks && s != ws.rank) polled[j][i] = ld_volatile(ws.region(ws.rank, buffer, s) + v);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        if (!mine[j]) continue;
+        const uint64_t v = row_base + threadIdx.x + j * blockDim.x;
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          const int s = s0 + i;
+          if (s >= ws.nranks) break;
+          const uint4 w = s == ws.rank
+                              ? canonical<E>(x[v])
+                              : wait_ready<E>(ws.region(ws.rank, buffer, s) + v, polled[j][i], ws.timeout_ns,
+                                              WaitSite{"fused all-reduce+rmsnorm", ws.rank, buffer,
+                                                       static_cast<uint32_t>(s), v, &ws.state->reported});
+          float f[E::kLanes];
+          E::to_float(w, f);
+#pragma unroll
+          for (int l = 0; l < E::kLanes; ++l) acc[j][l] += f[l];
+        }
+      }
+    }
+    uint4 h[kVecs];  // residual_out as rounded: what the norm reads
     float sumsq = 0.f;
 #pragma unroll
-    for (int j = 0; j < kFusedMaxVecsPerThread; ++j) {
-      const uint32_t c = threadIdx.x + j * blockDim.x;
-      if (c >= row_vecs) break;
-      const uint64_t v = static_cast<uint64_t>(row) * row_vecs + c;
-      float acc[E::kLanes];
-      reduce_slots<E>(ws, buffer, v, canonical<E>(reinterpret_cast<const uint4*>(p.x)[v]),
-                      "fused all-reduce+rmsnorm", acc);
+    for (int j = 0; j < kVecs; ++j) {
+      if (!mine[j]) continue;
+      const uint64_t v = row_base + threadIdx.x + j * blockDim.x;
       float r[E::kLanes];
       E::to_float(reinterpret_cast<const uint4*>(p.residual)[v], r);
 #pragma unroll
-      for (int l = 0; l < E::kLanes; ++l) acc[l] += r[l];
-      const uint4 rounded = E::from_float(acc);
-      reinterpret_cast<uint4*>(p.residual_out)[v] = rounded;
-      h[j] = rounded;
+      for (int l = 0; l < E::kLanes; ++l) acc[j][l] += r[l];
+      h[j] = E::from_float(acc[j]);
+      reinterpret_cast<uint4*>(p.residual_out)[v] = h[j];
       float hf[E::kLanes];
-      E::to_float(rounded, hf);
+      E::to_float(h[j], hf);
 #pragma unroll
       for (int l = 0; l < E::kLanes; ++l) sumsq += hf[l] * hf[l];
     }
     const float total = fused_block_sum(sumsq, scratch);
     const float scale = rsqrtf(total / static_cast<float>(p.hidden) + p.eps);
 #pragma unroll
-    for (int j = 0; j < kFusedMaxVecsPerThread; ++j) {
-      const uint32_t c = threadIdx.x + j * blockDim.x;
-      if (c >= row_vecs) break;
-      float g[E::kLanes];
+    for (int j = 0; j < kVecs; ++j) {
+      if (!mine[j]) continue;
+      float g[E::kLanes], o[E::kLanes];
       E::to_float(gamma.v[j], g);
-      float o[E::kLanes];
       E::to_float(h[j], o);
 #pragma unroll
       for (int l = 0; l < E::kLanes; ++l) o[l] = o[l] * scale * g[l];
-      reinterpret_cast<uint4*>(p.normed)[static_cast<uint64_t>(row) * row_vecs + c] = E::from_float(o);
+      reinterpret_cast<uint4*>(p.normed)[row_base + threadIdx.x + j * blockDim.x] = E::from_float(o);
     }
   }
 }

@@ -152,6 +152,7 @@ struct WaitSite {
   uint32_t buffer;
   uint32_t region;  // the slot: which peer's data (or gathered chunk) this rank waits for
   uint64_t vec;
+  uint32_t* reported;  // this rank's LamportState::reported: the first timed-out thread prints
 };
 
 template <class E>
@@ -161,7 +162,8 @@ __device__ __noinline__ uint4 wait_slow(const uint4* p, uint64_t timeout_ns, Wai
     const uint4 v = ld_volatile(p);
     if (!E::has_sentinel(v)) return v;
     if ((spin & 255u) == 255u && global_time_ns() - start > timeout_ns) {
-      printf("rackserve comm: %s (%s) on rank %d timed out after %llu ms waiting for buffer %u "
+      if (atomicCAS(site.reported, 0u, 1u) == 0u)
+        printf("rackserve comm: %s (%s) on rank %d timed out after %llu ms waiting for buffer %u "
              "slot %u vector %llu (block %d thread %d): a peer never wrote it (peer not "
              "launched, mismatched call sequence, or dead GPU); trapping\n",
              site.op, E::kName, site.rank, static_cast<unsigned long long>(timeout_ns / 1000000),
@@ -205,7 +207,8 @@ __device__ __forceinline__ void reduce_slots(const LamportView& ws, uint32_t buf
       const uint4 w = s == ws.rank ? own
                                    : wait_ready<E>(ws.region(ws.rank, buffer, s) + vec, polled[i],
                                                    ws.timeout_ns,
-                                                   WaitSite{op, ws.rank, buffer, static_cast<uint32_t>(s), vec});
+                                                   WaitSite{op, ws.rank, buffer, static_cast<uint32_t>(s), vec,
+                                                            &ws.state->reported});
       float f[E::kLanes];
       E::to_float(w, f);
 #pragma unroll

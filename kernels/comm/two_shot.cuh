@@ -70,7 +70,8 @@ __device__ void two_shot_op(const TwoShotParams& p, uint32_t buffer, int cta, in
       const uint32_t v = base + threadIdx.x;
       if (v >= len) continue;
       const uint4 w = wait_ready<E>(src + v, ld_volatile(src + v), ws.timeout_ns,
-                                    WaitSite{"two-shot all-gather", me, buffer, static_cast<uint32_t>(n + j), v});
+                                    WaitSite{"two-shot all-gather", me, buffer, static_cast<uint32_t>(n + j), v,
+                                             &ws.state->reported});
       store_vec<E>(p.out, p.count, static_cast<uint64_t>(j) * chunk + v, w);
     }
   }

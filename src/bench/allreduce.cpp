@@ -22,7 +22,7 @@ namespace {
 struct AllReduceCliOptions {
   int tp = 0;  // 0: every GPU
   int trays = 1;
-  std::string sizes = "1K,14K,64K,256K,1M,4M,16M,64M";
+  std::string sizes = "1K,14K,64K,256K,512K,1M,4M,16M,64M";
   std::string dtype = "bf16";
   int reps = 15;
   bool no_pdl = false;

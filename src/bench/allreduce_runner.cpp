@@ -107,8 +107,8 @@ std::vector<ArSizeResult> run_allreduce_bench(const parallel::Comm& comm, const 
       cuda_check(cudaMemcpy(in.ptr, h.data(), h.size(), cudaMemcpyHostToDevice), "bench upload");
       h = random_bytes(max_count, opt.dtype, 2000 + rank);
       cuda_check(cudaMemcpy(residual.ptr, h.data(), h.size(), cudaMemcpyHostToDevice), "bench upload");
-      h = random_bytes(16384, opt.dtype, 3000);
-      cuda_check(cudaMemcpy(gamma.ptr, h.data(), std::min<size_t>(h.size(), 16384 * esize), cudaMemcpyHostToDevice), "bench upload");
+      h = random_bytes(comm::kVecBytes * comm::kFusedMaxThreads * comm::kFusedMaxVecsPerThread / esize, opt.dtype, 3000);
+      cuda_check(cudaMemcpy(gamma.ptr, h.data(), h.size(), cudaMemcpyHostToDevice), "bench upload");
     }
     cudaEvent_t e0, e1;
     cuda_check(cudaEventCreate(&e0), "event");
@@ -164,6 +164,9 @@ std::vector<ArSizeResult> run_allreduce_bench(const parallel::Comm& comm, const 
           }
           return median(us);
         };
+        // No rank launches until every rank is past its previous host calls (graph destroy,
+        // instantiate): those may wait for the whole GPU, where a peer rank may be spinning.
+        barrier.arrive_and_wait();
         // Warm-up (also NCCL's lazy connection setup, which must not happen inside a capture).
         for (int i = 0; i < 3; ++i) call();
         cuda_check(cudaStreamSynchronize(stream), std::string(variant_name(v)) + " warm-up on rank " + std::to_string(rank));

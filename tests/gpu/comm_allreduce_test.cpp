@@ -40,6 +40,9 @@ RunOut run_collective(const Comm& comm, size_t count, DType t, AllReduceAlgo alg
   r.out.resize(n);
   r.nccl.resize(n);
   const size_t bytes = count * dtype_size(t);
+  // Every rank allocates and uploads before any rank launches: a cudaMalloc or cudaMemcpy can
+  // wait for the whole GPU, and a rank sharing the GPU may already be spinning on this one.
+  parallel::HostBarrier ready(n);
   parallel::run_rank_threads(comm.topology(), [&](int rank) {
     cudaStream_t s;
     RS_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -47,13 +50,16 @@ RunOut run_collective(const Comm& comm, size_t count, DType t, AllReduceAlgo alg
     din.upload(r.in[rank]);
     dout.upload(poison_array(count, t));
     dnccl.upload(poison_array(count, t));
+    RS_CUDA_OK(cudaDeviceSynchronize());
+    ready.arrive_and_wait();
     comm.all_reduce(rank, din.ptr, dout.ptr, count, t, s, algo);
     if (with_nccl) comm.all_reduce(rank, din.ptr, dnccl.ptr, count, t, s, AllReduceAlgo::nccl);
     RS_CUDA_OK(cudaStreamSynchronize(s));
     r.out[rank] = dout.download(t);
     if (with_nccl) r.nccl[rank] = dnccl.download(t);
+    ready.arrive_and_wait();  // no rank frees (a device-wide wait) while a peer still runs
     cudaStreamDestroy(s);
-  });
+  }, &ready);
   return r;
 }
 

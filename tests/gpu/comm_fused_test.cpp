@@ -29,6 +29,7 @@ FusedOut run_fused(const Comm& comm, const std::vector<HostArray>& x, const Host
   o.residual_out.resize(n);
   o.normed.resize(n);
   const size_t bytes = size_t{rows} * hidden * dtype_size(t);
+  parallel::HostBarrier ready(n);  // all ranks allocated before any launches (see comm_allreduce_test)
   parallel::run_rank_threads(comm.topology(), [&](int rank) {
     cudaStream_t s;
     RS_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -48,12 +49,15 @@ FusedOut run_fused(const Comm& comm, const std::vector<HostArray>& x, const Host
     a.hidden = hidden;
     a.eps = 1e-6f;
     a.dtype = t;
+    RS_CUDA_OK(cudaDeviceSynchronize());
+    ready.arrive_and_wait();
     comm.all_reduce_residual_rmsnorm(rank, a, s);
     RS_CUDA_OK(cudaStreamSynchronize(s));
     o.residual_out[rank] = (in_place ? dres : dres_out).download(t);
     o.normed[rank] = dnormed.download(t);
+    ready.arrive_and_wait();
     cudaStreamDestroy(s);
-  });
+  }, &ready);
   return o;
 }
 

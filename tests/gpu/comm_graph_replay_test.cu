@@ -91,6 +91,7 @@ ReplayResult replay(const Comm& comm, const std::vector<Step>& steps, int replay
     DeviceArray counters(16);
     RS_CUDA_OK(cudaMemset(counters.ptr, 0, 16));
     RS_CUDA_OK(cudaMemset(gamma.ptr, 0x3f, 7168 * 2));
+    RS_CUDA_OK(cudaDeviceSynchronize());
     auto* call = static_cast<uint32_t*>(counters.ptr);
     auto* errors = reinterpret_cast<unsigned*>(call + 1);
     barrier.arrive_and_wait();
@@ -123,6 +124,7 @@ ReplayResult replay(const Comm& comm, const std::vector<Step>& steps, int replay
     uint32_t host[2];
     RS_CUDA_OK(cudaMemcpy(host, counters.ptr, 8, cudaMemcpyDeviceToHost));
     per_rank[rank] = {host[1], host[0]};
+    barrier.arrive_and_wait();  // no rank frees (a device-wide wait) while a peer still runs
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(s);

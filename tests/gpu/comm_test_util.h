@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "model/dtype.h"
@@ -32,7 +34,12 @@ inline bool have_two_gpus() {
   return true;
 }
 
-#define RS_CUDA_OK(expr) REQUIRE_MESSAGE((expr) == cudaSuccess, #expr ": " << cudaGetErrorString(cudaGetLastError()))
+// Usable on rank threads: throws (run_rank_threads rethrows on the test's thread) rather than
+// using doctest assertions from several threads at once.
+inline void cuda_ok(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+#define RS_CUDA_OK(expr) ::rs::comm_test::cuda_ok((expr), #expr)
 
 inline float bf16_bits_to_float(uint16_t h) {
   const uint32_t b = static_cast<uint32_t>(h) << 16;
@@ -122,16 +129,16 @@ struct DeviceArray {
   void* ptr = nullptr;
   size_t bytes = 0;
   DeviceArray() = default;
-  explicit DeviceArray(size_t b) : bytes(b) { REQUIRE(cudaMalloc(&ptr, b ? b : 16) == cudaSuccess); }
+  explicit DeviceArray(size_t b) : bytes(b) { RS_CUDA_OK(cudaMalloc(&ptr, b ? b : 16)); }
   ~DeviceArray() { if (ptr) cudaFree(ptr); }
   DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr), bytes(o.bytes) { o.ptr = nullptr; }
   DeviceArray(const DeviceArray&) = delete;
-  void upload(const HostArray& h) { REQUIRE(cudaMemcpy(ptr, h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess); }
+  void upload(const HostArray& h) { RS_CUDA_OK(cudaMemcpy(ptr, h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice)); }
   HostArray download(DType t) const {
     HostArray h;
     h.type = t;
     h.bytes.resize(bytes);
-    REQUIRE(cudaMemcpy(h.bytes.data(), ptr, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+    RS_CUDA_OK(cudaMemcpy(h.bytes.data(), ptr, bytes, cudaMemcpyDeviceToHost));
     return h;
   }
 };
