@@ -399,3 +399,86 @@ TEST_CASE("shutdown with a zero timeout cancels what is still running") {
 }
 
 }
+
+TEST_SUITE("unit.engine") {
+
+TEST_CASE("randomised load: mixed lengths, n, seeds, cancels, tiny KV pool and budget; every surviving output is exact") {
+  uint64_t preemptions = 0, hits = 0;
+  for (uint64_t round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    EngineConfig cfg;
+    cfg.num_kv_blocks = 14 + static_cast<int>(round) * 4;  // block size 4: 56..104 token slots
+    cfg.max_num_batched_tokens = 12 + static_cast<int>(round) * 10;
+    cfg.max_num_seqs = 4 + static_cast<int>(round) * 3;
+    cfg.enable_prefix_caching = round % 2 == 0;
+    Fixture f(cfg, 1024);
+    uint64_t rng = 0x1234 + round;
+    auto next = [&](int mod) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<int>((rng >> 33) % static_cast<uint64_t>(mod));
+    };
+    struct Job {
+      GenerationRequest req;
+      std::shared_ptr<RequestHandle> h;
+      bool cancel;
+    };
+    std::vector<Job> jobs;
+    const auto shared = make_prompt(16, 99);  // some prompts share this prefix
+    for (int i = 0; i < 24; ++i) {
+      GenerationRequest r;
+      r.prompt = next(3) == 0 ? shared : make_prompt(1 + next(30), 200 + i);
+      if (r.prompt == shared) r.prompt.push_back(next(50));
+      r.max_tokens = 1 + next(20);
+      r.ignore_eos = true;
+      r.n = 1 + next(3);
+      if (r.n == 1 && next(2) == 0) {
+        r.sampling.temperature = 0.9f;
+        r.sampling.seed = next(1000);
+      } else {
+        r.sampling.temperature = 0;
+      }
+      jobs.push_back({r, nullptr, next(5) == 0});
+    }
+    f.fake->close_gate();  // everything queued before the first step: a reproducible schedule
+    for (auto& j : jobs) j.h = f.engine->submit(j.req);
+    f.fake->open_gate();
+    // Cancels land mid-flight, after a varying number of steps.
+    std::thread canceller([&] {
+      int k = 0;
+      for (auto& j : jobs) {
+        if (!j.cancel) continue;
+        const int at = 2 + 3 * k++;
+        wait_until([&] { return f.fake->steps() >= at; });
+        j.h->cancel();
+      }
+    });
+    for (auto& j : jobs) {
+      auto c = collect(*j.h);
+      REQUIRE_FALSE(c.timed_out);
+      const auto want = fake_reference(j.req.prompt, j.req.sampling, j.req.max_tokens, 101);
+      REQUIRE(static_cast<int>(c.choices.size()) == j.req.n);
+      for (auto& [choice, res] : c.choices) {
+        if (res.finish == FinishReason::Cancelled) {
+          CHECK(j.cancel);
+          // What was produced before the cancel is still a prefix of the right answer.
+          CHECK(std::equal(res.tokens.begin(), res.tokens.end(), want.begin()));
+          continue;
+        }
+        CHECK(res.finish == FinishReason::Length);
+        CHECK(res.tokens == want);
+      }
+    }
+    canceller.join();
+    CHECK(f.fake->violations().empty());
+    CHECK(wait_until([&] {
+      auto s = f.engine->stats();
+      return s.kv_blocks_used == 0 && s.running == 0 && s.waiting == 0;
+    }));
+    preemptions += f.engine->stats().preemptions;
+    hits += f.engine->stats().prefix_hits_tokens;
+  }
+  CHECK(preemptions > 0);  // the pools are small enough that the load exercises preemption
+  CHECK(hits > 0);
+}
+
+}
