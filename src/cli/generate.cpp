@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "model/model_spec.h"
@@ -69,12 +70,20 @@ void run_generate(const GenerateArgs& a) {
   }
 
   auto t0 = clock::now();
-  std::unique_ptr<Weights> weights =
-      a.load_format == "dummy" ? Weights::dummy(spec, a.seed) : Weights::load(a.model, spec);
   BackendOptions opt;
   opt.device = a.device;
   opt.threads = a.threads;
-  std::unique_ptr<Backend> backend = make_backend(spec, *weights, opt);
+  std::unique_ptr<Weights> weights;
+  std::unique_ptr<Backend> backend;
+  std::string no_gpu;
+  if (a.load_format == "dummy" && a.device != "cpu" && cuda_device_count(&no_gpu) > 0) {
+    // On a GPU the dummy weights are created in device memory only: a 671B config never
+    // touches host memory.
+    backend = make_cuda_backend_dummy(spec, a.seed);
+  } else {
+    weights = a.load_format == "dummy" ? Weights::dummy(spec, a.seed) : Weights::load(a.model, spec);
+    backend = make_backend(spec, *weights, opt);
+  }
   const int block = 16;
   const int total = static_cast<int>(prompt.size()) + a.max_tokens;
   const int blocks = (total + block - 1) / block + 1;

@@ -41,7 +41,15 @@ void run_inspect(const std::string& dir, const std::string& load_format) {
   ModelSpec s = load_model_spec(dir);
   std::string weights_note = "not loaded (--load-format dummy: deterministic random weights)";
   if (load_format == "auto") {
-    auto w = Weights::load(dir, s);  // validates every tensor against the config
+    std::unique_ptr<Weights> w;
+    try {
+      w = Weights::load(dir, s);  // validates every tensor against the config
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      if (msg.find("no model.safetensors") != std::string::npos)
+        msg += " (--load-format dummy inspects the config alone)";
+      throw Error(msg);
+    }
     size_t fp8 = 0;
     for (const auto& [name, t] : w->all()) fp8 += t.dtype == DType::F8_E4M3;
     weights_note = std::to_string(w->all().size()) + " tensors, all present and well-formed" +
