@@ -133,15 +133,29 @@ test('n = 2 returns two choices; with a seed they are reproducible', async () =>
   assert.equal(a.usage.completion_tokens, 10);
 });
 
-test('SSE framing: data lines, keep-alive comments are legal, [DONE] last', async () => {
+test('SSE framing: data frames, keep-alive comments while the prefill runs, [DONE] last', async () => {
+  // run.sh starts the server with --sse-keepalive 0.05: a comment is due every 50 ms of silence.
+  const t0 = Date.now();
   const res = await fetch(`${URL}/v1/completions`, {
     method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ prompt: 'x '.repeat(400), max_tokens: 3, temperature: 0, ignore_eos: true, stream: true }),
+    body: JSON.stringify({ prompt: 'x '.repeat(900), max_tokens: 3, temperature: 0, ignore_eos: true, stream: true }),
   });
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type'), /^text\/event-stream/);
-  const body = await res.text();
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let body = '', firstDataMs = null;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    body += decoder.decode(value, { stream: true });
+    if (firstDataMs === null && body.includes('data: ')) firstDataMs = Date.now() - t0;
+  }
   const frames = body.split('\n\n').filter((f) => f.length > 0);
   assert.equal(frames.at(-1), 'data: [DONE]');
-  for (const f of frames) assert.ok(f.startsWith('data: ') || f.startsWith(':'), `bad frame ${JSON.stringify(f)}`);
+  for (const f of frames) assert.ok(f.startsWith('data: ') || f === ': keep-alive', `bad frame ${JSON.stringify(f)}`);
+  // Only a prefill slower than a few intervals can be required to show comments (a GPU may
+  // answer before the first one is due).
+  const before = body.slice(0, body.indexOf('data: '));
+  if (firstDataMs > 300) assert.match(before, /: keep-alive\n\n/, `no keep-alive in ${firstDataMs} ms of prefill`);
 });
