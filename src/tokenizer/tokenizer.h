@@ -39,6 +39,10 @@ class Tokenizer {
   // the template line and column on a template error, or the template's raise_exception text.
   virtual std::string apply_chat_template(const nlohmann::json& messages, bool add_generation_prompt,
                                           const nlohmann::json* extra = nullptr) const = 0;
+  // The same with key order kept (ordered_json): `tojson` of tool schemas then prints keys in the
+  // order the client sent them, as transformers does. Default: converts and calls the above.
+  virtual std::string apply_chat_template(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                          const nlohmann::ordered_json* extra = nullptr) const;
   virtual bool has_chat_template() const = 0;
 };
 
