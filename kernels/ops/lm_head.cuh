@@ -5,14 +5,15 @@
 namespace rs::cuda {
 
 constexpr int kLmHeadWarps = 8;
-constexpr int kLmHeadTokens = 8;  // tokens per pass over a weight row (register accumulators)
+constexpr int kLmHeadTokens = 8;        // tokens per pass over a weight row (register accumulators)
+constexpr int kLmHeadTokensPerBlock = 32;  // token chunk of one block: many tokens spread over grid.y
 
 // One vocab row per warp; each lane takes 8 contiguous elements per 256-wide step.
-__device__ __forceinline__ void lm_head_row(const LmHeadParams& p, int v) {
+__device__ __forceinline__ void lm_head_row(const LmHeadParams& p, int v, int n_begin, int n_end) {
   const int lane = threadIdx.x & 31;
   const __nv_bfloat16* wr = p.w + static_cast<int64_t>(v) * p.hidden;
-  for (int n0 = 0; n0 < p.n; n0 += kLmHeadTokens) {
-    const int nt = min(kLmHeadTokens, p.n - n0);
+  for (int n0 = n_begin; n0 < n_end; n0 += kLmHeadTokens) {
+    const int nt = min(kLmHeadTokens, n_end - n0);
     float acc[kLmHeadTokens] = {};
     for (int k = lane * 8; k < p.hidden; k += 256) {
       float wf[8];

@@ -3,10 +3,12 @@
 namespace rs::cuda {
 __global__ void __launch_bounds__(kLmHeadWarps * 32) lm_head_kernel(const LmHeadParams p) {
   const int v = blockIdx.x * kLmHeadWarps + (threadIdx.x >> 5);
-  if (v < p.vocab) lm_head_row(p, v);
+  const int n0 = blockIdx.y * kLmHeadTokensPerBlock;
+  if (v < p.vocab) lm_head_row(p, v, n0, min(p.n, n0 + kLmHeadTokensPerBlock));
 }
 void launch_lm_head(const LmHeadParams& p, cudaStream_t stream) {
   if (p.n <= 0) return;
-  lm_head_kernel<<<(p.vocab + kLmHeadWarps - 1) / kLmHeadWarps, kLmHeadWarps * 32, 0, stream>>>(p);
+  const dim3 grid((p.vocab + kLmHeadWarps - 1) / kLmHeadWarps, (p.n + kLmHeadTokensPerBlock - 1) / kLmHeadTokensPerBlock);
+  lm_head_kernel<<<grid, kLmHeadWarps * 32, 0, stream>>>(p);
 }
 }  // namespace rs::cuda

@@ -4,15 +4,20 @@
 
 namespace rs::cuda {
 
-constexpr int kAbsorbTokens = 8;     // queries sharing one pass over a head's W_UK columns
-constexpr int kAbsorbThreads = 128;  // each thread owns two latent columns
+constexpr int kAbsorbTokens = 8;  // queries sharing one pass over a head's W_UK columns
+constexpr int kAbsorbCols = 64;   // latent columns per block: two per lane
+constexpr int kAbsorbWarps = 8;   // the nope rows are split between warps, partial sums reduced in smem
+constexpr int kAbsorbThreads = kAbsorbWarps * 32;
 
-// Block (head, column chunk of 2*kAbsorbThreads): W_UK is read once per 8 queries, coalesced
-// along the latent dimension; q_nope for those 8 queries sits in shared memory as fp32.
+// Block (head, 64 latent columns): each warp walks nope/8 rows of W_UK (coalesced 128-byte row
+// segments, independent loads in flight) for 8 queries at a time; q_nope sits in smem as fp32.
 __device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, int head, int chunk) {
   __shared__ float qs[kAbsorbTokens][256];  // nope <= 256
-  const int c = (chunk * kAbsorbThreads + threadIdx.x) * 2;
+  __shared__ float red[kAbsorbWarps][kAbsorbTokens][kAbsorbCols];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int c = chunk * kAbsorbCols + lane * 2;
   const int qdim = p.nope + p.rope, odim = p.kv_lora + p.rope;
+  const int rows_per_warp = p.nope / kAbsorbWarps;
   const __nv_bfloat16* w = p.kv_b + static_cast<int64_t>(head) * (p.nope + p.vdim) * p.kv_lora;
   for (int n0 = 0; n0 < p.n; n0 += kAbsorbTokens) {
     const int nt = min(kAbsorbTokens, p.n - n0);
@@ -21,21 +26,30 @@ __device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, in
       qs[t][d] = t < nt ? __bfloat162float(p.q[(static_cast<int64_t>(n0 + t) * p.heads + head) * qdim + d]) : 0.f;
     }
     __syncthreads();
-    if (c < p.kv_lora) {
-      float acc0[kAbsorbTokens] = {}, acc1[kAbsorbTokens] = {};
-      for (int d = 0; d < p.nope; ++d) {
-        const float2 wv = __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162*>(w + static_cast<int64_t>(d) * p.kv_lora + c));
+    float acc0[kAbsorbTokens] = {}, acc1[kAbsorbTokens] = {};
+#pragma unroll 4
+    for (int k = 0; k < rows_per_warp; ++k) {
+      const int d = warp * rows_per_warp + k;
+      const float2 wv = __bfloat1622float2(
+          *reinterpret_cast<const __nv_bfloat162*>(w + static_cast<int64_t>(d) * p.kv_lora + c));
 #pragma unroll
-        for (int t = 0; t < kAbsorbTokens; ++t) {
-          acc0[t] += qs[t][d] * wv.x;
-          acc1[t] += qs[t][d] * wv.y;
-        }
+      for (int t = 0; t < kAbsorbTokens; ++t) {
+        acc0[t] += qs[t][d] * wv.x;
+        acc1[t] += qs[t][d] * wv.y;
       }
-      for (int t = 0; t < nt; ++t) {
-        *reinterpret_cast<__nv_bfloat162*>(p.out + (static_cast<int64_t>(n0 + t) * p.heads + head) * odim + c) =
-            __floats2bfloat162_rn(acc0[t], acc1[t]);
-      }
+    }
+#pragma unroll
+    for (int t = 0; t < kAbsorbTokens; ++t) {
+      red[warp][t][lane * 2] = acc0[t];
+      red[warp][t][lane * 2 + 1] = acc1[t];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nt * kAbsorbCols; i += blockDim.x) {
+      const int t = i / kAbsorbCols, cc = i % kAbsorbCols;
+      float sum = 0.f;
+#pragma unroll
+      for (int k = 0; k < kAbsorbWarps; ++k) sum += red[k][t][cc];
+      p.out[(static_cast<int64_t>(n0 + t) * p.heads + head) * odim + chunk * kAbsorbCols + cc] = __float2bfloat16(sum);
     }
     __syncthreads();
   }
@@ -66,9 +80,14 @@ __device__ __forceinline__ void mla_v_up_block(const MlaVUpParams& p, int head, 
   }
   for (int n0 = 0; n0 < p.n; n0 += kAbsorbTokens) {
     const int nt = min(kAbsorbTokens, p.n - n0);
-    for (int i = threadIdx.x; i < nt * p.kv_lora; i += blockDim.x) {
-      const int t = i / p.kv_lora, c = i % p.kv_lora;
-      os[t][c] = __bfloat162float(p.o_latent[(static_cast<int64_t>(n0 + t) * p.heads + head) * p.kv_lora + c]);
+    const int vecs = p.kv_lora / 8;
+    for (int i = threadIdx.x; i < nt * vecs; i += blockDim.x) {
+      const int t = i / vecs, c = (i - t * vecs) * 8;
+      float f[8];
+      bf16x8_to_float(*reinterpret_cast<const uint4*>(
+                          p.o_latent + (static_cast<int64_t>(n0 + t) * p.heads + head) * p.kv_lora + c), f);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) os[t][c + k] = f[k];
     }
     __syncthreads();
     if (j < p.vdim) {

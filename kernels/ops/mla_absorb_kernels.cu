@@ -9,7 +9,7 @@ __global__ void __launch_bounds__(kVUpWarps * 32) mla_v_up_kernel(const MlaVUpPa
 }
 void launch_mla_absorb_q(const MlaAbsorbQParams& p, cudaStream_t stream) {
   if (p.n <= 0) return;
-  const dim3 grid(p.heads, (p.kv_lora + 2 * kAbsorbThreads - 1) / (2 * kAbsorbThreads));
+  const dim3 grid(p.heads, p.kv_lora / kAbsorbCols);
   mla_absorb_q_kernel<<<grid, kAbsorbThreads, 0, stream>>>(p);
 }
 void launch_mla_v_up(const MlaVUpParams& p, cudaStream_t stream) {

@@ -19,7 +19,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 struct Layout {  // shared-memory carve-up, in bytes; strides padded against bank conflicts
   int qs, ks, ss, ps, os;  // element strides
-  size_t q_off, k_off, s_off, p_off, o_off, stat_off, total;
+  size_t q_off, k_off, s_off, p_off, o_off, stat_off, slot_off, total;
   __host__ __device__ Layout(int kv_lora, int kv_dim) {
     qs = kv_dim + 8; ks = kv_dim + 8; ss = kTile + 4; ps = kTile + 8; os = kv_lora + 4;
     q_off = 0;
@@ -28,7 +28,8 @@ struct Layout {  // shared-memory carve-up, in bytes; strides padded against ban
     p_off = s_off + 2 * size_t(kHeads) * ss * 4;
     o_off = p_off + size_t(kHeads) * ps * 2;
     stat_off = o_off + size_t(kHeads) * os * 4;
-    total = stat_off + 3 * kHeads * 4;
+    slot_off = stat_off + 3 * kHeads * 4;
+    total = slot_off + 2 * kTile * 8;
   }
 };
 
@@ -55,6 +56,7 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   float* m_s = reinterpret_cast<float*>(smem + L.stat_off);
   float* l_s = m_s + kHeads;
   float* a_s = l_s + kHeads;
+  int64_t* slot_s = reinterpret_cast<int64_t*>(smem + L.slot_off);  // [2][kTile] cache rows of a tile
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int h0 = head_group * kHeads;
   const int len = p.seq_lens[b];
@@ -70,15 +72,20 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
 
   const int vecs = p.kv_dim / 8;
   const int32_t* bt = p.block_tables + static_cast<int64_t>(b) * p.bt_stride;
+  // The block-table lookups of a tile happen once per row, in parallel, before the copies: a
+  // lookup per 16-byte copy would put an L2 round trip in front of every cp.async.
   auto load_tile = [&](int tile, int buf) {
+    int64_t* slots = slot_s + buf * kTile;
+    if (tid < kTile) {
+      const int t = min(t0 + tile * kTile + tid, t1 - 1);
+      slots[tid] = static_cast<int64_t>(bt[t / p.block_size]) * p.block_size + t % p.block_size;
+    }
+    __syncthreads();
     __nv_bfloat16* dst = Ks + buf * kTile * L.ks;
+    const int rows = min(kTile, t1 - (t0 + tile * kTile));
     for (int i = tid; i < kTile * vecs; i += blockDim.x) {
-      const int r = i / vecs, v = i % vecs;
-      const int t = t0 + tile * kTile + r;
-      const bool valid = t < t1;
-      const int tt = valid ? t : t0;
-      const int64_t slot = static_cast<int64_t>(bt[tt / p.block_size]) * p.block_size + tt % p.block_size;
-      cp_async16(dst + r * L.ks + v * 8, p.cache + slot * p.kv_dim + v * 8, valid);
+      const int r = i / vecs, v = i - r * vecs;
+      cp_async16(dst + r * L.ks + v * 8, p.cache + slots[r] * p.kv_dim + v * 8, r < rows);
     }
     cp_async_commit();
   };
@@ -176,20 +183,24 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
 }
 
 // Merges the splits of one (sequence, head): weights 2^(lse_s - max) renormalise the partials.
+// The split weights go through shared memory once; the column loop then issues independent loads.
 __device__ __forceinline__ void mla_decode_combine_block(const MlaDecodeParams& p, int b, int h) {
+  __shared__ float wts[64];
+  __shared__ float scratch[32];
   const int64_t base = (static_cast<int64_t>(b) * p.heads + h) * p.splits;
-  float mx = -INFINITY;
-  for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, p.part_lse[base + s]);
-  float wsum = 0.f;
-  for (int s = 0; s < p.splits; ++s) wsum += exp2f(p.part_lse[base + s] - mx);
+  const float lse = threadIdx.x < p.splits ? p.part_lse[base + threadIdx.x] : -INFINITY;
+  const float mx = block_max(lse, scratch);
+  const float e = lse == -INFINITY ? 0.f : exp2f(lse - mx);
+  const float wsum = block_sum(e, scratch);
+  if (threadIdx.x < p.splits) wts[threadIdx.x] = e / wsum;
+  __syncthreads();
   const int64_t qrow = p.q_rows ? p.q_rows[b] : b;
   for (int c = threadIdx.x; c < p.kv_lora; c += blockDim.x) {
     float acc = 0.f;
-    for (int s = 0; s < p.splits; ++s) {
-      const float lse = p.part_lse[base + s];
-      if (lse != -INFINITY) acc += exp2f(lse - mx) * p.part_o[(base + s) * p.kv_lora + c];
-    }
-    p.out[(qrow * p.heads + h) * p.kv_lora + c] = __float2bfloat16(acc / wsum);
+#pragma unroll 8
+    for (int s = 0; s < p.splits; ++s)
+      if (wts[s] != 0.f) acc += wts[s] * p.part_o[(base + s) * p.kv_lora + c];
+    p.out[(qrow * p.heads + h) * p.kv_lora + c] = __float2bfloat16(acc);
   }
 }
 

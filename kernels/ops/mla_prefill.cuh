@@ -4,6 +4,7 @@
 #include <mma.h>
 
 #include "kernels/common/reduce.cuh"
+#include "kernels/ops/mla_decode.cuh"  // cp.async helpers
 #include "kernels/ops/mla_prefill_params.h"
 
 namespace rs::cuda {
@@ -23,8 +24,8 @@ struct Layout {
     qs = dk + 8; vs = vdim + 8; ss = kTile + 4; ps = kTile + 8; os = vdim + 4;
     q_off = 0;
     k_off = q_off + size_t(kRows) * qs * 2;
-    v_off = k_off + size_t(kTile) * qs * 2;
-    s_off = v_off + size_t(kTile) * vs * 2;
+    v_off = k_off + 2 * size_t(kTile) * qs * 2;  // K and V double-buffered
+    s_off = v_off + 2 * size_t(kTile) * vs * 2;
     p_off = s_off + size_t(kRows) * ss * 4;
     o_off = p_off + size_t(kRows) * ps * 2;
     stat_off = o_off + size_t(kRows) * os * 4;
@@ -65,24 +66,37 @@ __device__ __forceinline__ void mla_prefill_block(const MlaPrefillParams& p, int
   if (tid < kRows) { m_s[tid] = -INFINITY; l_s[tid] = 0.f; }
   const float scale2 = p.scale * kLog2e;
 
-  for (int k0 = 0; k0 < key_end; k0 += kTile) {
-    __syncthreads();  // previous tile fully consumed
-    const int nvec = p.nope / 8, rvec = p.rope / 8, vvec = p.vdim / 8;
+  const int nvec = p.nope / 8, rvec = p.rope / 8, vvec = p.vdim / 8;
+  // K = [k_nope | k_pe] and V rows of a 64-key tile, streamed with cp.async into buffer `buf`.
+  auto load_tile = [&](int k0, int buf) {
+    __nv_bfloat16* Kb = Ks + buf * kTile * L.qs;
+    __nv_bfloat16* Vb = Vs + buf * kTile * L.vs;
     for (int i = tid; i < kTile * (qvec + vvec); i += blockDim.x) {
-      const int r = i / (qvec + vvec), v = i % (qvec + vvec);
+      const int r = i / (qvec + vvec), v = i - r * (qvec + vvec);
       const int j = k0 + r;
-      uint4 val = make_uint4(0, 0, 0, 0);
-      if (j < key_end) {
-        const __nv_bfloat16* kvrow = p.kv + static_cast<int64_t>(j) * kv_stride + h * (p.nope + p.vdim);
-        if (v < nvec) val = *reinterpret_cast<const uint4*>(kvrow + v * 8);
-        else if (v < nvec + rvec)
-          val = *reinterpret_cast<const uint4*>(p.kpe + static_cast<int64_t>(j) * p.rope + (v - nvec) * 8);
-        else val = *reinterpret_cast<const uint4*>(kvrow + p.nope + (v - qvec) * 8);
-      }
-      if (v < qvec) *reinterpret_cast<uint4*>(Ks + r * L.qs + v * 8) = val;
-      else *reinterpret_cast<uint4*>(Vs + r * L.vs + (v - qvec) * 8) = val;
+      const bool valid = j < key_end;
+      const int jj = valid ? j : 0;
+      const __nv_bfloat16* kvrow = p.kv + static_cast<int64_t>(jj) * kv_stride + h * (p.nope + p.vdim);
+      if (v < nvec) mla_decode::cp_async16(Kb + r * L.qs + v * 8, kvrow + v * 8, valid);
+      else if (v < nvec + rvec)
+        mla_decode::cp_async16(Kb + r * L.qs + v * 8, p.kpe + static_cast<int64_t>(jj) * p.rope + (v - nvec) * 8, valid);
+      else mla_decode::cp_async16(Vb + r * L.vs + (v - qvec) * 8, kvrow + p.nope + (v - qvec) * 8, valid);
+    }
+    mla_decode::cp_async_commit();
+  };
+  load_tile(0, 0);
+  for (int k0 = 0, it = 0; k0 < key_end; k0 += kTile, ++it) {
+    const int buf = it & 1;
+    __syncthreads();  // the other buffer's previous tile is fully consumed
+    if (k0 + kTile < key_end) {
+      load_tile(k0 + kTile, buf ^ 1);
+      mla_decode::cp_async_wait<1>();
+    } else {
+      mla_decode::cp_async_wait<0>();
     }
     __syncthreads();
+    const __nv_bfloat16* Kt = Ks + buf * kTile * L.qs;
+    const __nv_bfloat16* Vt = Vs + buf * kTile * L.vs;
     {  // S = Q K^T: 16 tiles of 16x16, two per warp
       const int rt = warp >> 1;
       for (int cc = 0; cc < 2; ++cc) {
@@ -93,7 +107,7 @@ __device__ __forceinline__ void mla_prefill_block(const MlaPrefillParams& p, int
           wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
           wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bf;
           wmma::load_matrix_sync(a, Qs + (rt * 16) * L.qs + k * 16, L.qs);
-          wmma::load_matrix_sync(bf, Ks + (ct * 16) * L.qs + k * 16, L.qs);
+          wmma::load_matrix_sync(bf, Kt + (ct * 16) * L.qs + k * 16, L.qs);
           wmma::mma_sync(acc, a, bf, acc);
         }
         wmma::store_matrix_sync(Ss + (rt * 16) * L.ss + ct * 16, acc, L.ss, wmma::mem_row_major);
@@ -139,7 +153,7 @@ __device__ __forceinline__ void mla_prefill_block(const MlaPrefillParams& p, int
         wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> bf;
         wmma::load_matrix_sync(a, Ps + (rt * 16) * L.ps + k * 16, L.ps);
-        wmma::load_matrix_sync(bf, Vs + (k * 16) * L.vs + ct * 16, L.vs);
+        wmma::load_matrix_sync(bf, Vt + (k * 16) * L.vs + ct * 16, L.vs);
         wmma::mma_sync(acc, a, bf, acc);
       }
       wmma::store_matrix_sync(Os + (rt * 16) * L.os + ct * 16, acc, L.os, wmma::mem_row_major);

@@ -5,7 +5,6 @@
 namespace rs::cuda {
 
 constexpr int kRouterMaxExperts = 512;
-constexpr int kRouterMaxHidden = 8192;
 
 // Warp-wide argmax over v[0, n) with lowest index on ties (a stable, documented tie rule).
 __device__ __forceinline__ int warp_argmax(const float* v, int n) {
@@ -25,21 +24,11 @@ __device__ __forceinline__ int warp_argmax(const float* v, int n) {
 
 // One token per block.
 __device__ __forceinline__ void moe_router_token(const MoeRouterParams& p, int t) {
-  __shared__ float xs[kRouterMaxHidden];
   __shared__ float score[kRouterMaxExperts];   // after softmax/sigmoid
   __shared__ float choice[kRouterMaxExperts];  // what selection ranks (score + bias, masked)
   __shared__ float scratch[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x)
-    xs[i] = __bfloat162float(p.x[static_cast<int64_t>(t) * p.hidden + i]);
-  __syncthreads();
-  for (int e = warp; e < p.experts; e += nwarps) {
-    const float* w = p.weight + static_cast<int64_t>(e) * p.hidden;
-    float acc = 0.f;
-    for (int i = lane; i < p.hidden; i += 32) acc += xs[i] * w[i];
-    acc = warp_sum(acc);
-    if (lane == 0) score[e] = acc;
-  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int e = threadIdx.x; e < p.experts; e += blockDim.x) score[e] = p.logits[static_cast<int64_t>(t) * p.experts + e];
   __syncthreads();
   if (p.scoring == RouterScoring::Softmax) {
     float mx = -INFINITY;
@@ -57,6 +46,7 @@ __device__ __forceinline__ void moe_router_token(const MoeRouterParams& p, int t
     choice[e] = score[e] + (p.bias && p.method == RouterTopk::NoauxTc ? p.bias[e] : 0.f);
   __syncthreads();
   if (warp != 0) return;
+  float group_margin = INFINITY;
   if (p.method != RouterTopk::Greedy && p.n_group > 1) {
     // Rank groups (V2: best score in the group; V3: sum of its two best biased scores), keep
     // topk_group of them, and mask the experts of the others out of the selection.
@@ -74,12 +64,16 @@ __device__ __forceinline__ void moe_router_token(const MoeRouterParams& p, int t
     __shared__ int gkeep[64];
     for (int g = lane; g < p.n_group; g += 32) gkeep[g] = 0;
     __syncwarp();
+    float last_kept = 0.f;
     for (int k = 0; k < p.topk_group; ++k) {
       const int g = warp_argmax(gscore, p.n_group);
+      last_kept = gscore[g];
       __syncwarp();
       if (lane == 0) { gkeep[g] = 1; gscore[g] = -INFINITY; }
       __syncwarp();
     }
+    if (p.topk_group < p.n_group) group_margin = last_kept - gscore[warp_argmax(gscore, p.n_group)];
+    __syncwarp();
     // HF masks the other groups with 0.0, not -inf (the CPU reference does the same).
     for (int e = lane; e < p.experts; e += 32)
       if (!gkeep[e / per]) choice[e] = 0.0f;
@@ -87,14 +81,18 @@ __device__ __forceinline__ void moe_router_token(const MoeRouterParams& p, int t
   }
   __shared__ int sel[64];
   float wsum = 0.f;
+  float last_choice = 0.f;
   for (int k = 0; k < p.top_k; ++k) {
     const int e = warp_argmax(choice, p.experts);
+    last_choice = choice[e];
     __syncwarp();
     if (lane == 0) { sel[k] = e; choice[e] = -INFINITY; }
     wsum += score[e];
     __syncwarp();
   }
+  const float expert_margin = p.top_k < p.experts ? last_choice - choice[warp_argmax(choice, p.experts)] : INFINITY;
   if (lane == 0) {
+    if (p.margins) p.margins[t] = fminf(group_margin, expert_margin);
     for (int k = 0; k < p.top_k; ++k) {
       float w = score[sel[k]];
       if (p.normalize) w /= wsum + 1e-20f;

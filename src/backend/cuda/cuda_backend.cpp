@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -123,6 +124,17 @@ class CudaBackend final : public Backend {
     t.weight_bytes = wb.dense + wb.lm_head + expert_bytes + uint64_t(last_tokens_) * wb.embed_row;
     t.kv_bytes = last_kv_bytes_;
     return t;
+  }
+
+  std::vector<float> last_margins() {
+    RS_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<float> out(last_tokens_, INFINITY), m(last_tokens_);
+    for (int l = 0; l < spec_.num_hidden_layers; ++l) {
+      if (!spec_.is_moe_layer(l) || last_tokens_ == 0) continue;
+      RS_CUDA(cudaMemcpy(m.data(), pass_->route_margins(l), m.size() * 4, cudaMemcpyDeviceToHost));
+      for (int i = 0; i < last_tokens_; ++i) out[i] = std::min(out[i], m[i]);
+    }
+    return out;
   }
 
  private:
@@ -250,7 +262,7 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
   last_kv_bytes_ = kv_tokens * kv_bytes_per_token();
   if (plan.tokens.empty()) return results;
 
-  if (decode_only(batch)) {
+  if (decode_only(batch) && !pass_->profiling()) {
     // Padded to the bucket: a decode graph computes logits for every row of the bucket.
     const int B = nseq, bucket = bucket_for(B);
     pass_->ensure_capacity(Capacity{bucket, bucket, bucket, 0}, stream_, [&] { drop_graphs(); });
@@ -290,7 +302,7 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
     reqs.push_back(GpuSampler::Request{&s.sampling, seq_logit_row[i]});
     req_seq.push_back(i);
   }
-  sampler_->enqueue(pass_->logits(), reqs, stream_);
+  sampler_->enqueue(pass_->logits(), reqs, stream_);  // (timed as part of the step, not per op)
   for (int i = 0; i < nseq; ++i) {
     const SeqStep& s = batch.seqs[i];
     if (!s.return_logits || s.tokens.empty()) continue;
@@ -300,6 +312,7 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
                             results[i].logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
   }
   RS_CUDA(cudaStreamSynchronize(stream_));
+  pass_->collect_profile();
   std::vector<SampledToken> sampled = sampler_->collect();
   for (size_t k = 0; k < req_seq.size(); ++k) results[req_seq[k]].token = std::move(sampled[k]);
   (void)seq_first_row;
@@ -316,6 +329,12 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelSpec& spec, const Weights&
 
 std::unique_ptr<Backend> make_cuda_backend_dummy(const ModelSpec& spec, uint64_t seed) {
   return std::make_unique<CudaBackend>(spec, dummy_device_weights(spec, seed));
+}
+
+std::vector<float> cuda_last_step_routing_margins(Backend& b) {
+  auto* cb = dynamic_cast<CudaBackend*>(&b);
+  if (!cb) throw Error("routing margins: backend '" + b.name() + "' is not the CUDA backend");
+  return cb->last_margins();
 }
 
 CudaStepTraffic cuda_last_step_traffic(Backend& b) {

@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -22,4 +23,8 @@ struct CudaStepTraffic {
 };
 // Throws rs::Error if `b` is not the CUDA backend. Reads the last step's routing from the device.
 CudaStepTraffic cuda_last_step_traffic(Backend& b);
+// For each row of the last step (rows in batch order, decode sequences first), the smallest gap
+// at any MoE layer's discrete routing choice (group cut or k-th expert) as the GPU router saw it:
+// where it is below bf16 noise, a GPU/CPU difference at that row is a routing flip, not a bug.
+std::vector<float> cuda_last_step_routing_margins(Backend& b);
 }  // namespace rs

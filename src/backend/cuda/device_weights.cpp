@@ -296,7 +296,7 @@ void build(const ModelSpec& spec, Builder& b, DeviceWeights& dw) {
       L.dense = mlp(b, m);
       continue;
     }
-    L.router = b.f32(m + "gate.weight");
+    L.router = b.bf16(m + "gate.weight");
     if (spec.topk_method == TopkMethod::NoauxTc) L.router_bias = b.f32(m + "gate.e_score_correction_bias");
     if (spec.n_shared_experts > 0) {
       L.shared = mlp(b, m + "shared_experts.");

@@ -32,7 +32,7 @@ struct DeviceLayer {
   const float* kv_a_norm = nullptr;
   bool moe = false;
   DeviceMlp dense;
-  const float* router = nullptr;       // fp32 [experts, hidden]
+  const __nv_bfloat16* router = nullptr;  // bf16 [experts, hidden] (logits by the fp32-output GEMV)
   const float* router_bias = nullptr;  // fp32 [experts] (noaux_tc)
   MoeExperts experts;                  // device arrays of DeviceMatrix
   bool has_shared = false;

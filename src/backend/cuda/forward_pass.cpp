@@ -1,6 +1,7 @@
 #include "backend/cuda/forward_pass.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/error.h"
@@ -29,6 +30,20 @@ int round_up_pow2(int v) {
 }
 }  // namespace
 
+struct OpScope {
+  OpProfiler* p;
+  cudaStream_t s;
+  OpScope(const ForwardPass* fp, const char* name, cudaStream_t st) : p(fp->prof_.get()), s(st) {
+    if (p) p->begin(name, s);
+  }
+  ~OpScope() {
+    if (p) p->end(s);
+  }
+};
+#define RS_OP_CAT2(a, b) a##b
+#define RS_OP_CAT(a, b) RS_OP_CAT2(a, b)
+#define RS_OP(name) OpScope RS_OP_CAT(op_scope_, __LINE__)(this, name, stream)
+
 void StepPlan::pad_decode_to(int bucket, int scratch_block, int block_size) {
   while (static_cast<int>(tokens.size()) < bucket) {
     tokens.push_back(0);
@@ -46,6 +61,8 @@ ForwardPass::ForwardPass(const ModelSpec& spec, const DeviceWeights& w, const Ro
     : spec_(spec), w_(w), rope_(rope), num_sms_(num_sms) {
   max_inter_ = std::max<int64_t>(spec.intermediate_size,
                                  int64_t(spec.moe_intermediate_size) * std::max(1, spec.n_shared_experts));
+  const char* prof = std::getenv("RS_CUDA_PROFILE");
+  if (prof && prof[0] == '1') prof_ = std::make_unique<OpProfiler>();
 }
 
 ForwardPass::~ForwardPass() {
@@ -64,6 +81,10 @@ int ForwardPass::decode_splits(int rows) const {
   const int head_groups = (spec_.num_attention_heads + 15) / 16;
   const int want = (2 * num_sms_ + rows * head_groups - 1) / (rows * head_groups);
   return std::clamp(want, 1, kMaxSplits);
+}
+
+const float* ForwardPass::route_margins(int layer) const {
+  return route_margins_.get<float>() + size_t(layer) * cap_.tokens;
 }
 
 const int32_t* ForwardPass::topk_ids(int layer) const {
@@ -102,6 +123,8 @@ void ForwardPass::ensure_capacity(const Capacity& want, cudaStream_t stream,
   shared_out_.reset(N * H * 2, "shared expert output");
   topk_ids_.reset(size_t(s.num_hidden_layers) * N * K * 4, "routing ids");
   topk_w_.reset(N * K * 4, "routing weights");
+  router_logits_.reset(N * std::max(1, s.n_routed_experts) * 4, "router logits");
+  route_margins_.reset(size_t(s.num_hidden_layers) * N * 4, "routing margins");
   size_t max_parts = 0;
   for (int r = 1; r <= c.decode_rows; ++r) max_parts = std::max(max_parts, size_t(r) * decode_splits(r));
   part_o_.reset(max_parts * nh * R * 4, "attention partials");
@@ -213,14 +236,18 @@ void ForwardPass::copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& pa
 
 void ForwardPass::dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloat16* out, cudaStream_t stream) {
   const LinearWorkspace lws{linear_ws_.get(), linear_ws_.bytes()};
-  linear(m.gate, xn_.get<__nv_bfloat16>(), n, g_.get<__nv_bfloat16>(), lws, stream);
-  linear(m.up, xn_.get<__nv_bfloat16>(), n, u_.get<__nv_bfloat16>(), lws, stream);
+  {
+    RS_OP("mlp gate+up (linear)");
+    linear(m.gate, xn_.get<__nv_bfloat16>(), n, g_.get<__nv_bfloat16>(), lws, stream);
+    linear(m.up, xn_.get<__nv_bfloat16>(), n, u_.get<__nv_bfloat16>(), lws, stream);
+  }
   SiluMulParams a;
   a.gate = g_.get<__nv_bfloat16>();
   a.up = u_.get<__nv_bfloat16>();
   a.out = act_.get<__nv_bfloat16>();
   a.count = int64_t(n) * inter;
-  launch_silu_mul(a, stream);
+  { RS_OP("silu_mul"); launch_silu_mul(a, stream); }
+  RS_OP("mlp down (linear)");
   linear(m.down, act_.get<__nv_bfloat16>(), n, out, lws, stream);
 }
 
@@ -233,6 +260,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   __nv_bfloat16* xn = xn_.get<__nv_bfloat16>();
   __nv_bfloat16* q = q_.get<__nv_bfloat16>();
   if (s.q_lora_rank > 0) {
+    RS_OP("q_a+norm+q_b");
     linear(L.q_a, xn, n, qa_.get<__nv_bfloat16>(), lws, stream);
     RmsNormRowsParams nr;
     nr.in = nr.out = qa_.get<__nv_bfloat16>();
@@ -243,9 +271,13 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     launch_rmsnorm_rows(nr, stream);
     linear(L.q_b, qa_.get<__nv_bfloat16>(), n, q, lws, stream);
   } else {
+    RS_OP("q_proj (linear)");
     linear(L.q_proj, xn, n, q, lws, stream);
   }
-  linear(L.kv_a, xn, n, kva_.get<__nv_bfloat16>(), lws, stream);
+  {
+    RS_OP("kv_a (linear)");
+    linear(L.kv_a, xn, n, kva_.get<__nv_bfloat16>(), lws, stream);
+  }
   __nv_bfloat16* cache = cache_ + layer * layer_stride_;
   KvWriteParams kw;
   kw.kv_a = kva_.get<__nv_bfloat16>();
@@ -258,7 +290,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   kw.n = n;
   kw.kv_lora = R;
   kw.rope = rope_;
-  launch_kv_write(kw, stream);
+  { RS_OP("kv_write"); launch_kv_write(kw, stream); }
   RopeQParams rq;
   rq.q = q;
   rq.positions = positions_d_;
@@ -266,7 +298,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   rq.heads = nh;
   rq.head_dim = qk;
   rq.rope = rope_;
-  launch_rope_q(rq, stream);
+  { RS_OP("rope_q"); launch_rope_q(rq, stream); }
   const float scale = static_cast<float>(s.softmax_scale());
   if (nd > 0) {  // absorbed MQA over the latent cache
     MlaAbsorbQParams ab;
@@ -279,7 +311,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     ab.rope = rope;
     ab.vdim = vd;
     ab.kv_lora = R;
-    launch_mla_absorb_q(ab, stream);
+    { RS_OP("mla absorb q"); launch_mla_absorb_q(ab, stream); }
     MlaDecodeParams dp;
     dp.q = qabs_.get<__nv_bfloat16>();
     dp.cache = cache;
@@ -296,7 +328,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     dp.kv_lora = R;
     dp.kv_dim = kvd;
     dp.scale = scale;
-    launch_mla_decode(dp, stream);
+    { RS_OP("mla decode attention"); launch_mla_decode(dp, stream); }
     MlaVUpParams vu;
     vu.o_latent = olat_.get<__nv_bfloat16>();
     vu.kv_b = L.kv_b_bf16;
@@ -306,7 +338,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     vu.nope = nope;
     vu.vdim = vd;
     vu.kv_lora = R;
-    launch_mla_v_up(vu, stream);
+    { RS_OP("mla v up"); launch_mla_v_up(vu, stream); }
   }
   for (const Prefill& pf : prefills) {  // expanded form over the cached prefix and the chunk
     const int len = pf.start + pf.T;
@@ -319,8 +351,11 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     g.rope = rope;
     g.latent = lat_.get<__nv_bfloat16>();
     g.pe = pe_.get<__nv_bfloat16>();
-    launch_kv_gather(g, stream);
-    linear(L.kv_b, lat_.get<__nv_bfloat16>(), len, kvexp_.get<__nv_bfloat16>(), lws, stream);
+    { RS_OP("kv gather"); launch_kv_gather(g, stream); }
+    {
+      RS_OP("kv_b expand (linear)");
+      linear(L.kv_b, lat_.get<__nv_bfloat16>(), len, kvexp_.get<__nv_bfloat16>(), lws, stream);
+    }
     MlaPrefillParams pp;
     pp.q = q + size_t(pf.row0) * nh * qk;
     pp.kv = kvexp_.get<__nv_bfloat16>();
@@ -333,8 +368,9 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     pp.rope = rope;
     pp.vdim = vd;
     pp.scale = scale;
-    launch_mla_prefill(pp, stream);
+    { RS_OP("mla prefill attention"); launch_mla_prefill(pp, stream); }
   }
+  RS_OP("o_proj (linear)");
   linear(L.o_proj, attn_v_.get<__nv_bfloat16>(), n, attn_out_.get<__nv_bfloat16>(), lws, stream);
 }
 
@@ -347,12 +383,21 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     *d1 = nullptr;
     return;
   }
+  {
+    RS_OP("router logits (gemv)");
+    LmHeadParams lg;
+    lg.x = xn_.get<__nv_bfloat16>();
+    lg.w = L.router;
+    lg.logits = router_logits_.get<float>();
+    lg.n = n;
+    lg.hidden = s.hidden_size;
+    lg.vocab = s.n_routed_experts;
+    launch_lm_head(lg, stream);
+  }
   MoeRouterParams r;
-  r.x = xn_.get<__nv_bfloat16>();
-  r.weight = L.router;
+  r.logits = router_logits_.get<float>();
   r.bias = L.router_bias;
   r.n = n;
-  r.hidden = s.hidden_size;
   r.experts = s.n_routed_experts;
   r.top_k = s.num_experts_per_tok;
   r.n_group = s.n_group;
@@ -368,10 +413,14 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
   int32_t* ids = const_cast<int32_t*>(topk_ids(layer));
   r.topk_ids = ids;
   r.topk_weights = topk_w_.get<float>();
-  launch_moe_router(r, stream);
+  r.margins = route_margins_.get<float>() + size_t(layer) * cap_.tokens;
+  { RS_OP("moe router"); launch_moe_router(r, stream); }
   const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
+  {
+  RS_OP("moe_experts");
   moe_experts(L.experts, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
               mlp_out_.get<__nv_bfloat16>(), mws, stream);
+  }
   *d0 = mlp_out_.get<__nv_bfloat16>();
   *d1 = nullptr;
   if (L.has_shared) {
@@ -390,7 +439,7 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
   e.residual = residual_.get<float>();
   e.n = n;
   e.hidden = s.hidden_size;
-  launch_embed(e, stream);
+  { RS_OP("embed"); launch_embed(e, stream); }
   const __nv_bfloat16 *d0 = nullptr, *d1 = nullptr;
   AddRmsNormParams an;
   an.residual = residual_.get<float>();
@@ -403,18 +452,18 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
     an.delta0 = d0;
     an.delta1 = d1;
     an.weight = L.input_norm;
-    launch_add_rmsnorm(an, stream);
+    { RS_OP("add+rmsnorm"); launch_add_rmsnorm(an, stream); }
     attention(l, n, nd, prefills, stream);
     an.delta0 = attn_out_.get<__nv_bfloat16>();
     an.delta1 = nullptr;
     an.weight = L.post_norm;
-    launch_add_rmsnorm(an, stream);
+    { RS_OP("add+rmsnorm"); launch_add_rmsnorm(an, stream); }
     mlp(l, n, stream, &d0, &d1);
   }
   an.delta0 = d0;
   an.delta1 = d1;
   an.weight = w_.final_norm;
-  launch_add_rmsnorm(an, stream);
+  { RS_OP("add+rmsnorm"); launch_add_rmsnorm(an, stream); }
   LmHeadParams lh;
   lh.x = xn_.get<__nv_bfloat16>();
   lh.rows = logit_rows;
@@ -423,7 +472,7 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
   lh.n = nlogits;
   lh.hidden = s.hidden_size;
   lh.vocab = s.vocab_size;
-  launch_lm_head(lh, stream);
+  { RS_OP("lm_head"); launch_lm_head(lh, stream); }
   RS_CUDA(cudaGetLastError());
 }
 

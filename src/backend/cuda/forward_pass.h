@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/linear.h"
+#include "backend/cuda/op_profiler.h"
 #include "kernels/ops/rope_params.h"
 #include "model/model_spec.h"
 
@@ -52,7 +54,13 @@ class ForwardPass {
   void copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& pairs, cudaStream_t stream);
   const float* logits() const { return logits_.get<float>(); }
   const int32_t* topk_ids(int layer) const;
+  const float* route_margins(int layer) const;  // [rows of the last step], MoE layers only
   int decode_splits(int rows) const;
+  // RS_CUDA_PROFILE=1: per-op event timing (steps must then run eagerly, not as graphs).
+  bool profiling() const { return prof_ != nullptr; }
+  void collect_profile() {
+    if (prof_) prof_->collect();
+  }
 
  private:
   struct Prefill {
@@ -77,7 +85,7 @@ class ForwardPass {
   // activations
   DeviceBuffer residual_, xn_, qa_, q_, kva_, qabs_, olat_, attn_v_, attn_out_;
   DeviceBuffer g_, u_, act_, mlp_out_, shared_out_, topk_ids_, topk_w_, part_o_, part_lse_;
-  DeviceBuffer lat_, pe_, kvexp_, logits_, linear_ws_, moe_ws_;
+  DeviceBuffer lat_, pe_, kvexp_, logits_, linear_ws_, moe_ws_, router_logits_, route_margins_;
   // step metadata
   DeviceBuffer meta_, bt_, prefill_bt_;
   int32_t *tokens_d_ = nullptr, *positions_d_ = nullptr, *slots_d_ = nullptr, *seq_lens_d_ = nullptr,
@@ -86,6 +94,8 @@ class ForwardPass {
   size_t host_meta_bytes_ = 0;
   std::vector<Prefill> prefills_;
   DeviceBuffer pairs_;
+  std::unique_ptr<OpProfiler> prof_;
+  friend struct OpScope;
 };
 
 }  // namespace rs::cuda

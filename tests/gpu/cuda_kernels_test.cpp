@@ -1,0 +1,395 @@
+// The CUDA executor's kernels against small host references: MLA decode (absorbed, split over the
+// KV length, paged) and prefill (expanded, causal, cached prefix), RoPE/YaRN, the MoE router, the
+// sampler, and GPU dummy weights against Weights::dummy.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "backend/cpu/moe_routing.h"
+#include "backend/cuda/device_weights.h"
+#include "backend/sampling.h"
+#include "kernels/ops/mla_decode_params.h"
+#include "kernels/ops/mla_prefill_params.h"
+#include "kernels/ops/moe_router_params.h"
+#include "kernels/ops/rope_params.h"
+#include "kernels/ops/sampling_params.h"
+#include "model/model_spec.h"
+#include "model/rope.h"
+#include "model/weights.h"
+#include "tests/gpu/cuda_test_util.h"
+
+using namespace rs::cudatest;
+namespace cu = rs::cuda;
+
+namespace {
+
+struct DecodeCase {
+  int heads, kv_lora, rope, batch, splits;
+  std::vector<int> lens;
+};
+
+void run_decode_case(const DecodeCase& c, uint64_t seed) {
+  Rand rng(seed);
+  const int kvd = c.kv_lora + c.rope, bs = 16;
+  int max_blocks = 0;
+  for (int l : c.lens) max_blocks = std::max(max_blocks, (l + bs - 1) / bs);
+  const int nblocks = c.batch * max_blocks + 3;
+  std::vector<float> cache_f;
+  auto cache_b = rng.bf16(size_t(nblocks) * bs * kvd, -1.f, 1.f, &cache_f);
+  std::vector<float> q_f;
+  auto q_b = rng.bf16(size_t(c.batch) * c.heads * kvd, -1.f, 1.f, &q_f);
+  // Block tables: a permutation, so pages are not contiguous.
+  std::vector<int> perm(nblocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng.g);
+  std::vector<int32_t> bt(size_t(c.batch) * max_blocks);
+  for (int b = 0; b < c.batch; ++b)
+    for (int k = 0; k < max_blocks; ++k) bt[size_t(b) * max_blocks + k] = perm[b * max_blocks + k];
+  const float scale = 0.07f;
+  Dev<uint16_t> dq(q_b), dcache(cache_b);
+  Dev<int32_t> dbt(bt), dlens(std::vector<int32_t>(c.lens.begin(), c.lens.end()));
+  Dev<float> part_o(size_t(c.batch) * c.heads * c.splits * c.kv_lora), part_lse(size_t(c.batch) * c.heads * c.splits);
+  Dev<uint16_t> out(size_t(c.batch) * c.heads * c.kv_lora);
+  cu::MlaDecodeParams p;
+  p.q = reinterpret_cast<const __nv_bfloat16*>(dq.ptr);
+  p.cache = reinterpret_cast<const __nv_bfloat16*>(dcache.ptr);
+  p.block_tables = dbt.ptr;
+  p.bt_stride = max_blocks;
+  p.block_size = bs;
+  p.seq_lens = dlens.ptr;
+  p.part_o = part_o.ptr;
+  p.part_lse = part_lse.ptr;
+  p.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
+  p.batch = c.batch;
+  p.heads = c.heads;
+  p.splits = c.splits;
+  p.kv_lora = c.kv_lora;
+  p.kv_dim = kvd;
+  p.scale = scale;
+  cu::launch_mla_decode(p, 0);
+  ok(cudaGetLastError(), "launch");
+  auto got_b = out.host();
+  std::vector<float> got(got_b.size()), ref(got_b.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_bits_to_float(got_b[i]);
+  for (int b = 0; b < c.batch; ++b)
+    for (int h = 0; h < c.heads; ++h) {
+      const float* qv = &q_f[(size_t(b) * c.heads + h) * kvd];
+      std::vector<double> s(c.lens[b]);
+      double mx = -1e300;
+      for (int t = 0; t < c.lens[b]; ++t) {
+        const float* kv = &cache_f[(size_t(bt[size_t(b) * max_blocks + t / bs]) * bs + t % bs) * kvd];
+        double d = 0;
+        for (int i = 0; i < kvd; ++i) d += double(qv[i]) * kv[i];
+        s[t] = d * scale;
+        mx = std::max(mx, s[t]);
+      }
+      double sum = 0;
+      for (auto& v : s) sum += v = std::exp(v - mx);
+      for (int i = 0; i < c.kv_lora; ++i) {
+        double o = 0;
+        for (int t = 0; t < c.lens[b]; ++t)
+          o += s[t] * cache_f[(size_t(bt[size_t(b) * max_blocks + t / bs]) * bs + t % bs) * kvd + i];
+        ref[(size_t(b) * c.heads + h) * c.kv_lora + i] = float(o / sum);
+      }
+    }
+  const double err = rel_err(got, ref);
+  INFO("heads " << c.heads << " kv_lora " << c.kv_lora << " batch " << c.batch << " splits " << c.splits);
+  CHECK(err < 2e-2);
+}
+
+}  // namespace
+
+TEST_SUITE("gpu.cuda") {
+
+TEST_CASE("mla decode: absorbed MQA over a paged latent cache equals host attention (splits, batches, heads)") {
+  if (skip_without_gpu("mla decode")) return;
+  run_decode_case({4, 64, 16, 1, 1, {1}}, 1);
+  run_decode_case({4, 64, 16, 3, 4, {5, 64, 130}}, 2);
+  run_decode_case({16, 512, 64, 1, 16, {1000}}, 3);
+  run_decode_case({16, 512, 64, 5, 3, {1, 17, 64, 65, 700}}, 4);
+  run_decode_case({20, 512, 64, 2, 2, {300, 33}}, 5);  // two head groups, the second partial
+}
+
+TEST_CASE("mla prefill: expanded causal flash attention with a cached prefix equals host attention") {
+  if (skip_without_gpu("mla prefill")) return;
+  struct C { int heads, nope, rope, v, T, start; };
+  for (C c : {C{4, 32, 16, 32, 70, 0}, C{4, 32, 16, 32, 29, 37}, C{2, 128, 64, 128, 100, 50}, C{2, 128, 64, 128, 1, 200}}) {
+    Rand rng(c.T * 131 + c.start);
+    const int L = c.start + c.T, dk = c.nope + c.rope;
+    std::vector<float> qf, kvf, pef;
+    auto qb = rng.bf16(size_t(c.T) * c.heads * dk, -1.f, 1.f, &qf);
+    auto kvb = rng.bf16(size_t(L) * c.heads * (c.nope + c.v), -1.f, 1.f, &kvf);
+    auto peb = rng.bf16(size_t(L) * c.rope, -1.f, 1.f, &pef);
+    Dev<uint16_t> dq(qb), dkv(kvb), dpe(peb), dout(size_t(c.T) * c.heads * c.v);
+    const float scale = 1.f / std::sqrt(float(dk));
+    cu::MlaPrefillParams p;
+    p.q = reinterpret_cast<const __nv_bfloat16*>(dq.ptr);
+    p.kv = reinterpret_cast<const __nv_bfloat16*>(dkv.ptr);
+    p.kpe = reinterpret_cast<const __nv_bfloat16*>(dpe.ptr);
+    p.out = reinterpret_cast<__nv_bfloat16*>(dout.ptr);
+    p.T = c.T;
+    p.start = c.start;
+    p.heads = c.heads;
+    p.nope = c.nope;
+    p.rope = c.rope;
+    p.vdim = c.v;
+    p.scale = scale;
+    cu::launch_mla_prefill(p, 0);
+    ok(cudaGetLastError(), "launch");
+    auto gb = dout.host();
+    std::vector<float> got(gb.size()), ref(gb.size());
+    for (size_t i = 0; i < gb.size(); ++i) got[i] = bf16_bits_to_float(gb[i]);
+    const int kvs = c.heads * (c.nope + c.v);
+    for (int i = 0; i < c.T; ++i)
+      for (int h = 0; h < c.heads; ++h) {
+        const float* qv = &qf[(size_t(i) * c.heads + h) * dk];
+        const int n = c.start + i + 1;
+        std::vector<double> s(n);
+        double mx = -1e300;
+        for (int j = 0; j < n; ++j) {
+          const float* k = &kvf[size_t(j) * kvs + h * (c.nope + c.v)];
+          double d = 0;
+          for (int e = 0; e < c.nope; ++e) d += double(qv[e]) * k[e];
+          for (int e = 0; e < c.rope; ++e) d += double(qv[c.nope + e]) * pef[size_t(j) * c.rope + e];
+          s[j] = d * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (auto& v : s) sum += v = std::exp(v - mx);
+        for (int e = 0; e < c.v; ++e) {
+          double o = 0;
+          for (int j = 0; j < n; ++j) o += s[j] * kvf[size_t(j) * kvs + h * (c.nope + c.v) + c.nope + e];
+          ref[(size_t(i) * c.heads + h) * c.v + e] = float(o / sum);
+        }
+      }
+    INFO("heads " << c.heads << " dk " << dk << " T " << c.T << " start " << c.start);
+    CHECK(rel_err(got, ref) < 2e-2);
+  }
+}
+
+TEST_CASE("rope: YaRN interleaved rotation on the GPU equals the host RopeTable (V2-Lite and V3 configs)") {
+  if (skip_without_gpu("rope")) return;
+  for (const char* cfg : {"model-shapes/deepseek-v2-lite/config.json", "model-shapes/deepseek-v3/config.json"}) {
+    rs::ModelSpec spec = rs::load_model_spec(std::string(RS_FIXTURES_DIR) + "/" + std::string(cfg).substr(0, std::string(cfg).rfind('/')));
+    rs::RopeTable rt = rs::make_rope_table(spec);
+    const int heads = 3, qk = spec.qk_head_dim(), rope = spec.qk_rope_head_dim;
+    const std::vector<int32_t> pos = {0, 1, 17, 4095, 4096, 33000, 160000};
+    Rand rng(7);
+    std::vector<float> qf;
+    auto qb = rng.bf16(pos.size() * heads * qk, -1.f, 1.f, &qf);
+    Dev<uint16_t> dq(qb);
+    Dev<int32_t> dpos(pos);
+    Dev<float> inv(rt.inv_freq);
+    cu::RopeQParams p;
+    p.q = reinterpret_cast<__nv_bfloat16*>(dq.ptr);
+    p.positions = dpos.ptr;
+    p.n = int(pos.size());
+    p.heads = heads;
+    p.head_dim = qk;
+    p.rope.inv_freq = inv.ptr;
+    p.rope.mscale = rt.attention_factor;
+    p.rope.rope_dim = rope;
+    p.rope.interleave = rt.interleave;
+    cu::launch_rope_q(p, 0);
+    auto gb = dq.host();
+    double worst = 0;
+    for (size_t t = 0; t < pos.size(); ++t)
+      for (int h = 0; h < heads; ++h) {
+        float* x = &qf[(t * heads + h) * qk + (qk - rope)];
+        rt.apply(x, pos[t]);
+        for (int i = 0; i < rope; ++i)
+          worst = std::max(worst, double(std::fabs(bf16_bits_to_float(gb[(t * heads + h) * qk + (qk - rope) + i]) - x[i])));
+      }
+    INFO(cfg);
+    CHECK(worst < 1.5e-2);  // bf16 rounding of values up to ~1.4 (attention factor)
+  }
+}
+
+TEST_CASE("moe router: softmax/sigmoid x greedy/group_limited/noaux_tc select as the CPU routing does") {
+  if (skip_without_gpu("moe router")) return;
+  struct C { rs::ScoringFunc sf; rs::TopkMethod tm; int E, k, groups, topk_groups; bool norm; double scale; bool v3; };
+  const C cases[] = {
+      {rs::ScoringFunc::Softmax, rs::TopkMethod::Greedy, 64, 6, 1, 1, false, 1.0, false},
+      {rs::ScoringFunc::Softmax, rs::TopkMethod::GroupLimitedGreedy, 160, 6, 8, 3, false, 16.0, false},
+      {rs::ScoringFunc::Sigmoid, rs::TopkMethod::NoauxTc, 256, 8, 8, 4, true, 2.5, true},
+      {rs::ScoringFunc::Sigmoid, rs::TopkMethod::NoauxTc, 16, 4, 4, 2, true, 2.5, true},
+  };
+  for (const C& c : cases) {
+    rs::ModelSpec s;
+    s.model_type = c.v3 ? rs::ModelType::DeepseekV3 : rs::ModelType::DeepseekV2;
+    s.n_routed_experts = c.E;
+    s.num_experts_per_tok = c.k;
+    s.scoring_func = c.sf;
+    s.topk_method = c.tm;
+    s.n_group = c.groups;
+    s.topk_group = c.topk_groups;
+    s.norm_topk_prob = c.norm;
+    s.routed_scaling_factor = c.scale;
+    const int n = 40;
+    Rand rng(c.E * 7 + c.k);
+    std::vector<float> logits(size_t(n) * c.E), bias(c.E);
+    for (auto& v : logits) v = rng.normal(1.0f);
+    for (auto& v : bias) v = rng.normal(0.05f);
+    Dev<float> dlog(logits), dbias(bias), dwt(size_t(n) * c.k);
+    Dev<int32_t> dids(size_t(n) * c.k);
+    cu::MoeRouterParams p;
+    p.logits = dlog.ptr;
+    p.bias = c.tm == rs::TopkMethod::NoauxTc ? dbias.ptr : nullptr;
+    p.n = n;
+    p.experts = c.E;
+    p.top_k = c.k;
+    p.n_group = c.groups;
+    p.topk_group = c.topk_groups;
+    p.scoring = c.sf == rs::ScoringFunc::Softmax ? cu::RouterScoring::Softmax : cu::RouterScoring::Sigmoid;
+    p.method = c.tm == rs::TopkMethod::Greedy ? cu::RouterTopk::Greedy
+               : c.tm == rs::TopkMethod::GroupLimitedGreedy ? cu::RouterTopk::GroupLimitedGreedy : cu::RouterTopk::NoauxTc;
+    p.normalize = c.v3 ? c.norm : (c.norm && c.k > 1);
+    p.scale_after_normalize = c.v3;
+    p.routed_scaling = float(c.scale);
+    p.topk_ids = dids.ptr;
+    p.topk_weights = dwt.ptr;
+    cu::launch_moe_router(p, 0);
+    auto ids = dids.host();
+    auto wts = dwt.host();
+    int compared = 0;
+    for (int t = 0; t < n; ++t) {
+      rs::cpu::Route r = rs::cpu::route_token(s, &logits[size_t(t) * c.E], bias.data());
+      std::map<int, float> ref, got;
+      for (int i = 0; i < c.k; ++i) {
+        ref[r.experts[i]] = r.weights[i];
+        got[ids[size_t(t) * c.k + i]] = wts[size_t(t) * c.k + i];
+      }
+      INFO("E " << c.E << " k " << c.k << " token " << t);
+      REQUIRE(got.size() == ref.size());
+      for (auto [e, wv] : ref) {
+        REQUIRE(got.count(e) == 1);
+        CHECK(std::fabs(got[e] - wv) <= 1e-4 * std::max(1.f, std::fabs(wv)));
+      }
+      ++compared;
+    }
+    CHECK(compared == n);
+  }
+}
+
+TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs for every option") {
+  if (skip_without_gpu("sampler")) return;
+  const int V = 5000;
+  std::vector<rs::SamplingParams> ps;
+  auto add = [&](auto f) { rs::SamplingParams p; f(p); ps.push_back(p); };
+  add([](auto& p) { p.temperature = 0; });
+  add([](auto& p) { p.temperature = 0; p.logprobs = 5; });
+  add([](auto& p) { p.temperature = 1.0f; p.seed = 1; });
+  add([](auto& p) { p.temperature = 0.7f; p.top_k = 50; p.seed = 2; p.logprobs = 3; });
+  add([](auto& p) { p.temperature = 1.3f; p.top_p = 0.9f; p.seed = 3; });
+  add([](auto& p) { p.temperature = 1.0f; p.min_p = 0.05f; p.seed = 4; });
+  add([](auto& p) { p.temperature = 0.9f; p.top_k = 20; p.top_p = 0.5f; p.min_p = 0.01f; p.seed = 5; });
+  add([](auto& p) { p.temperature = 0; p.repetition_penalty = 1.5f; p.presence_penalty = 0.7f; p.frequency_penalty = 0.4f; });
+  add([](auto& p) { p.temperature = 0.8f; p.repetition_penalty = 0.8f; p.frequency_penalty = -0.3f; p.seed = 6; p.logprobs = 20; });
+  add([](auto& p) { p.temperature = 1.0f; p.top_k = 1; p.seed = 7; });
+  Rand rng(11);
+  const int R = int(ps.size()) * 4;  // each parameter set with four draws
+  std::vector<float> logits(size_t(R) * V);
+  for (auto& v : logits) v = rng.normal(3.0f);
+  std::vector<int32_t> prompt = {5, 17, 17, 400, 4999, 0}, output = {17, 42, 42, 42, 3000};
+  for (int r = 0; r < R; ++r) {  // the penalised tokens near the top, so penalties matter
+    for (int t : {17, 42, 400}) logits[size_t(r) * V + t] = 9.0f + 0.1f * t / 400.f;
+  }
+  std::vector<rs::SamplingState> states(R);
+  std::vector<rs::cuda::SampleRow> rows(R);
+  std::vector<int32_t> pool;
+  pool.insert(pool.end(), prompt.begin(), prompt.end());
+  pool.insert(pool.end(), output.begin(), output.end());
+  for (int r = 0; r < R; ++r) {
+    const rs::SamplingParams& p = ps[r % ps.size()];
+    states[r].params = &p;
+    states[r].prompt_tokens = prompt;
+    states[r].output_tokens = output;
+    states[r].draw_index = uint64_t(r / ps.size()) * 13;
+    rs::cuda::SampleRow& row = rows[r];
+    row.temperature = p.temperature;
+    row.top_p = p.top_p;
+    row.min_p = p.min_p;
+    row.presence = p.presence_penalty;
+    row.frequency = p.frequency_penalty;
+    row.repetition = p.repetition_penalty;
+    row.top_k = p.top_k;
+    row.logprobs = p.logprobs;
+    row.uniform = p.temperature < 1e-5f ? 0.f : rs::sampling_uniform(p.seed, states[r].draw_index);
+    row.logits_row = r;
+    row.prompt_off = 0;
+    row.prompt_len = int(prompt.size());
+    row.output_off = int(prompt.size());
+    row.output_len = int(output.size());
+  }
+  Dev<float> dl(logits), work(size_t(R) * V);
+  Dev<int32_t> flags(size_t(R) * V), counts(size_t(R) * V), dpool(pool);
+  Dev<rs::cuda::SampleRow> drows(rows);
+  Dev<rs::cuda::SampleResult> dout(R);
+  rs::cuda::SamplingParamsDev d;
+  d.logits = dl.ptr;
+  d.vocab = V;
+  d.n = R;
+  d.rows = drows.ptr;
+  d.tokens = dpool.ptr;
+  d.work = work.ptr;
+  d.flags = flags.ptr;
+  d.counts = counts.ptr;
+  d.out = dout.ptr;
+  rs::cuda::launch_sampling(d, 0);
+  ok(cudaGetLastError(), "launch");
+  auto got = dout.host();
+  auto f = flags.host(), cn = counts.host();
+  CHECK(std::all_of(f.begin(), f.end(), [](int v) { return v == 0; }));
+  CHECK(std::all_of(cn.begin(), cn.end(), [](int v) { return v == 0; }));
+  for (int r = 0; r < R; ++r) {
+    rs::SampledToken ref = rs::sample_token(std::span<const float>(&logits[size_t(r) * V], V), states[r]);
+    INFO("row " << r << " params " << r % ps.size());
+    CHECK(got[r].id == ref.id);
+    CHECK(std::fabs(got[r].logprob - ref.logprob) < 1e-3);
+    const int ntop = std::max(0, ps[r % ps.size()].logprobs);
+    REQUIRE(ref.top.size() == size_t(ntop));
+    for (int k = 0; k < ntop; ++k) {
+      CHECK(got[r].top_ids[k] == ref.top[k].first);
+      CHECK(std::fabs(got[r].top_logprobs[k] - ref.top[k].second) < 1e-3);
+    }
+  }
+}
+
+TEST_CASE("dummy weights: created on the GPU they equal Weights::dummy byte for byte (bf16 and FP8)") {
+  if (skip_without_gpu("dummy weights")) return;
+  for (const char* m : {"tiny-v3", "tiny-v3-fp8", "tiny-v2-softmax"}) {
+    rs::ModelSpec spec = rs::load_model_spec(std::string(RS_FIXTURES_DIR) + "/models/" + m);
+    auto host = rs::Weights::dummy(spec, 42);
+    auto dev = rs::cuda::dummy_device_weights(spec, 42);
+    INFO(m);
+    // embedding (bf16)
+    const rs::Tensor& emb = host->get("model.embed_tokens.weight");
+    std::vector<uint16_t> e(emb.numel());
+    ok(cudaMemcpy(e.data(), dev->embed, e.size() * 2, cudaMemcpyDeviceToHost), "D2H");
+    CHECK(std::memcmp(e.data(), emb.data, e.size() * 2) == 0);
+    // a norm (fp32 on the device from the bf16 value)
+    const rs::Tensor& nrm = host->get("model.layers.1.post_attention_layernorm.weight");
+    std::vector<float> nv(nrm.numel());
+    ok(cudaMemcpy(nv.data(), dev->layers[1].post_norm, nv.size() * 4, cudaMemcpyDeviceToHost), "D2H");
+    for (size_t i = 0; i < nv.size(); ++i)
+      CHECK(nv[i] == bf16_bits_to_float(static_cast<const uint16_t*>(nrm.data)[i]));
+    // an expert matrix: bf16 bytes, or e4m3 bytes + scales
+    const rs::Tensor& ex = host->get("model.layers.1.mlp.experts.3.down_proj.weight");
+    std::vector<rs::cuda::DeviceMatrix> mats(3 * spec.n_routed_experts);
+    ok(cudaMemcpy(mats.data(), dev->layers[1].experts.gate, mats.size() * sizeof(mats[0]), cudaMemcpyDeviceToHost), "D2H");
+    const rs::cuda::DeviceMatrix& dm = mats[2 * spec.n_routed_experts + 3];
+    std::vector<uint8_t> bytes(ex.nbytes);
+    ok(cudaMemcpy(bytes.data(), dm.data, bytes.size(), cudaMemcpyDeviceToHost), "D2H");
+    CHECK(std::memcmp(bytes.data(), ex.data, bytes.size()) == 0);
+    if (ex.scale_inv) {
+      std::vector<float> sc(ex.scale_inv->numel());
+      ok(cudaMemcpy(sc.data(), dm.scale_inv, sc.size() * 4, cudaMemcpyDeviceToHost), "D2H");
+      CHECK(std::memcmp(sc.data(), ex.scale_inv->data, sc.size() * 4) == 0);
+    }
+  }
+}
+
+}  // TEST_SUITE

@@ -1,0 +1,109 @@
+#pragma once
+// Helpers for the CUDA executor's GPU tests (suite gpu.cuda): GPU presence, device buffers,
+// bf16 rounding, cosine similarity.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace rs::cudatest {
+
+inline bool have_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+inline bool skip_without_gpu(const char* test) {
+  if (have_gpu()) return false;
+  std::printf("[gpu.cuda] %s: skipped, no CUDA device\n", test);
+  return true;
+}
+
+inline void ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+inline float bf16_bits_to_float(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t float_to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+inline float round_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
+
+template <class T>
+struct Dev {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) {
+    ok(cudaMalloc(&ptr, std::max<size_t>(count, 1) * sizeof(T)), "cudaMalloc");
+    ok(cudaMemset(ptr, 0, std::max<size_t>(count, 1) * sizeof(T)), "cudaMemset");
+  }
+  explicit Dev(const std::vector<T>& h) : Dev(h.size()) {
+    ok(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "H2D");
+  }
+  ~Dev() { cudaFree(ptr); }
+  Dev(const Dev&) = delete;
+  std::vector<T> host() const {
+    std::vector<T> h(n);
+    ok(cudaDeviceSynchronize(), "sync");
+    ok(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "D2H");
+    return h;
+  }
+};
+
+struct Rand {
+  std::mt19937_64 g;
+  explicit Rand(uint64_t s) : g(s) {}
+  float uniform(float lo = -1.f, float hi = 1.f) { return std::uniform_real_distribution<float>(lo, hi)(g); }
+  float normal(float sd = 1.f) { return std::normal_distribution<float>(0.f, sd)(g); }
+  // bf16 bits of uniform values, and their float values
+  std::vector<uint16_t> bf16(size_t n, float lo, float hi, std::vector<float>* values) {
+    std::vector<uint16_t> b(n);
+    values->resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      b[i] = float_to_bf16_bits(uniform(lo, hi));
+      (*values)[i] = bf16_bits_to_float(b[i]);
+    }
+    return b;
+  }
+};
+
+inline double cosine(const float* a, const float* b, size_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return ab / (std::sqrt(aa * bb) + 1e-30);
+}
+
+// ||a - b|| / ||b||
+inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, r = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    d += double(a[i] - b[i]) * (a[i] - b[i]);
+    r += double(b[i]) * b[i];
+  }
+  return std::sqrt(d / (r + 1e-30));
+}
+
+}  // namespace rs::cudatest

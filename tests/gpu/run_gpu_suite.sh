@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The whole GPU suite and the issue-5 benchmarks in one go on an H200 machine, summary table last.
+#   tests/gpu/run_gpu_suite.sh [--bin DIR] [--out DIR] [--quick]
+# --bin DIR: use prebuilt rackserve and rackserve_tests from DIR (or DIR/bins.tgz); otherwise
+#            configure and build here (cmake + ninja; RS_VENDORED_DEPS=.gpu-build if present).
+# Logs and JSON go to --out (default $OUT, else ./gpu-suite-out).
+set -u
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BIN="" ; OUTDIR="${OUT:-$ROOT/gpu-suite-out}" ; QUICK=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin) BIN="$2"; shift 2 ;;
+    --out) OUTDIR="$2"; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUTDIR"
+# Test binaries carry the source tree's absolute fixture path; make it resolve here too.
+FIXDIR_BAKED=/work/main
+if [ ! -e "$FIXDIR_BAKED" ]; then mkdir -p "$(dirname $FIXDIR_BAKED)" && ln -s "$ROOT" "$FIXDIR_BAKED"; fi
+
+if [ -n "$BIN" ]; then
+  if [ -f "$BIN/bins.tgz" ]; then mkdir -p /tmp/rs-bin && tar xzf "$BIN/bins.tgz" -C /tmp/rs-bin && BIN=/tmp/rs-bin; fi
+else
+  VENDOR=""; [ -d "$ROOT/.gpu-build" ] && VENDOR="-DRS_VENDORED_DEPS=$ROOT/.gpu-build"
+  cmake -S . -B /tmp/rs-build -G Ninja -DCMAKE_BUILD_TYPE=Release $VENDOR > "$OUTDIR/build.log" 2>&1 &&
+    ninja -C /tmp/rs-build -j"$(nproc)" rackserve rackserve_tests >> "$OUTDIR/build.log" 2>&1 ||
+    { tail -30 "$OUTDIR/build.log"; exit 1; }
+  BIN=/tmp/rs-build; cp /tmp/rs-build/tests/rackserve_tests "$BIN/" 2>/dev/null
+fi
+RS="$BIN/rackserve"; TESTS="$BIN/rackserve_tests"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUTDIR/gpu.txt"
+
+declare -a ROWS
+echo "== GPU tests: every gpu.* suite in its own process (a suite that traps on purpose cannot poison the next)"
+SUITES=$("$TESTS" --list-test-suites --no-intro 2>/dev/null | grep -E '^gpu\.' | sort -u)
+[ -z "$SUITES" ] && SUITES="gpu*"
+for S in $SUITES; do
+  CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0,1} NCCL_NVLS_ENABLE=0 timeout 300 "$TESTS" --test-suite="$S" --no-intro \
+    > "$OUTDIR/tests_$S.log" 2>&1
+  TRC=$?
+  grep -E "^\[gpu|ERROR|FAILED|CHECK|REQUIRE|values:" "$OUTDIR/tests_$S.log" | head -40
+  ROWS+=("tests $S|$(grep 'test cases' "$OUTDIR/tests_$S.log" | tail -1 | sed 's/\[doctest\] //') rc=$TRC")
+done
+cat "$OUTDIR"/tests_*.log > "$OUTDIR/gpu_tests.log" 2>/dev/null
+
+CFG="$ROOT/tests/fixtures/model-shapes/deepseek-v2-lite/config.json"
+bench() {  # name, args...
+  local name="$1"; shift
+  echo "== bench $name: rackserve bench forward $*"
+  CUDA_VISIBLE_DEVICES=0 timeout 200 "$RS" bench forward --config "$CFG" --load-format dummy "$@" --json "$OUTDIR/$name.json" \
+    > "$OUTDIR/$name.log" 2>&1
+  local rc=$?
+  cat "$OUTDIR/$name.log" | tail -12
+  if [ $rc -eq 0 ] && [ -f "$OUTDIR/$name.json" ]; then
+    ROWS+=("$name|$(python3 -c "import json;d=json.load(open('$OUTDIR/$name.json'));print('%.1f tok/s  median %.3f ms  p90 %.3f ms  %.1f%% of copy BW  roofline %.0f tok/s'%(d['tokens_per_s'],d['median_ms'],d['p90_ms'],d['pct_of_copy_bw'],d['roofline_tokens_per_s']))" 2>/dev/null || echo ok)")
+  else
+    ROWS+=("$name|FAILED rc=$rc")
+  fi
+}
+ITERS=20; [ $QUICK = 1 ] && ITERS=5
+if [ "${RS_PROFILE_BENCH:-0}" = 1 ]; then  # per-op breakdown (eager steps) before the timed runs
+  for args in "--phase decode --batch 1 --context 1024" "--phase decode --batch 64 --context 2048" "--phase prefill --batch 1 --context 8192"; do
+    echo "== profile: $args"
+    RS_CUDA_PROFILE=1 CUDA_VISIBLE_DEVICES=0 timeout 120 "$RS" bench forward --config "$CFG" --load-format dummy $args --iters 3 --warmup 1 2>&1 | grep -A40 "op profile" | head -30
+  done
+fi
+bench decode_b1_ctx1k_bf16  --phase decode --batch 1 --context 1024 --iters $ITERS
+bench decode_b1_ctx1k_fp8   --phase decode --batch 1 --context 1024 --quantization fp8 --iters $ITERS
+bench decode_b64_ctx2k_bf16 --phase decode --batch 64 --context 2048 --iters $ITERS
+bench prefill_8k_bf16       --phase prefill --batch 1 --context 8192 --iters 5 --warmup 1
+
+echo
+echo "== summary (targets: decode b1 ctx1K bf16 >= 565 tok/s; fp8 >= 1.6x bf16; b64 ctx2K >= 4500 tok/s; prefill 8K >= 50000 tok/s)"
+printf '%-30s | %s\n' "what" "result"
+for r in "${ROWS[@]}"; do printf '%-30s | %s\n' "${r%%|*}" "${r#*|}"; done
