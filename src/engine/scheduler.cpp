@@ -13,6 +13,9 @@ bool arrived_before(const Sequence* a, const Sequence* b) {
   return a->choice < b->choice;
 }
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+// Prompt logprobs need the full logits row of every prefill position back from the backend:
+// 256 rows of a 129k vocabulary are 130 MB of fp32, which bounds what one step can ask for.
+constexpr int kPromptLogitsChunk = 256;
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, KvBlockPool& pool) : cfg_(cfg), pool_(pool) {
@@ -103,7 +106,9 @@ void Scheduler::preempt(Sequence* seq, StepPlan& plan) {
 int Scheduler::schedule_running(size_t idx, int budget, bool allow_preempt, StepPlan& plan) {
   Sequence* seq = running_[idx];
   if (seq->awaiting_fork && tokens_wanted(seq) == 0) fork(idx);
-  const int k = std::min(tokens_wanted(seq), budget);
+  int k = std::min(tokens_wanted(seq), budget);
+  if (seq->request->req.prompt_logprobs && !seq->request->prompt_logprobs_done)
+    k = std::min(k, kPromptLogitsChunk);
   if (k <= 0) return 0;
   while (!allocate_for(seq, k, plan)) {
     if (!allow_preempt) return 0;
