@@ -361,7 +361,7 @@ std::vector<SeqResult> CpuBackend::execute(const Batch& batch) {
   std::vector<float> fin(size_t(NR) * H), logits(size_t(NR) * V);
   for (int i = 0; i < NR; ++i)
     rmsnorm(&x[size_t(need[i]) * H], final_norm_.data(), H, float(spec_.rms_norm_eps), &fin[size_t(i) * H]);
-  linear(pool_, *lm_head_, fin.data(), H, NR, logits.data(), V);
+  if (NR > 0) linear(pool_, *lm_head_, fin.data(), H, NR, logits.data(), V);
 
   std::vector<SeqResult> results(batch.seqs.size());
   int li = 0;
