@@ -53,8 +53,8 @@ Route route_token(const ModelSpec& s, const float* logits, const float* bias) {
     std::vector<int> keep = top_k(group_score, s.topk_group);
     std::vector<char> kept(G, 0);
     for (int g : keep) kept[g] = 1;
-    // HF masks the other groups with 0.0 (not -inf): identical unless fewer than top_k
-    // experts of the kept groups score above zero.
+    // HF (and DeepSeek's HF-format MoEGate) mask the other groups with 0.0, not -inf: identical
+    // unless fewer than top_k experts of the kept groups score above zero.
     for (int e = 0; e < E; ++e)
       if (!kept[e / per]) choice[e] = 0.0f;
   }
