@@ -88,6 +88,28 @@ cudaError_t launch_fused_allreduce_rmsnorm(const FusedArNormParams& p, LaunchSha
   return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
 }
 
+cudaError_t preload_comm_kernels() {
+  const void* kernels[] = {
+      reinterpret_cast<const void*>(&lamport_oneshot_kernel<ElemType::bf16>),
+      reinterpret_cast<const void*>(&lamport_oneshot_kernel<ElemType::fp32>),
+      reinterpret_cast<const void*>(&two_shot_kernel<ElemType::bf16>),
+      reinterpret_cast<const void*>(&two_shot_kernel<ElemType::fp32>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::bf16, 1>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::bf16, 2>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::bf16, 4>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::fp32, 1>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::fp32, 2>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::fp32, 4>),
+      reinterpret_cast<const void*>(&arm_kernel),
+  };
+  for (const void* k : kernels) {
+    cudaFuncAttributes attr;
+    const cudaError_t err = cudaFuncGetAttributes(&attr, k);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t launch_arm(uint4* dst, size_t vecs, ElemType type, cudaStream_t stream) {
   if (vecs == 0) return cudaSuccess;
   const uint32_t word = type == ElemType::bf16 ? Elem<ElemType::bf16>::kSentinelWord

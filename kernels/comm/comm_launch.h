@@ -19,6 +19,11 @@ cudaError_t launch_lamport_oneshot(const OneShotParams& p, LaunchShape shape, cu
 cudaError_t launch_two_shot(const TwoShotParams& p, LaunchShape shape, cudaStream_t stream);
 cudaError_t launch_fused_allreduce_rmsnorm(const FusedArNormParams& p, LaunchShape shape,
                                            cudaStream_t stream);
+// Loads every comm kernel into the current device's context now. With lazy module loading (the
+// CUDA 12+ default) a kernel's first launch may wait for the whole GPU; a rank that first launches
+// while a peer rank on the same GPU already spins in a collective would then deadlock.
+cudaError_t preload_comm_kernels();
+
 // Fills `vecs` 16-byte vectors at `dst` with the element type's -0.0 sentinel.
 cudaError_t launch_arm(uint4* dst, size_t vecs, ElemType type, cudaStream_t stream);
 

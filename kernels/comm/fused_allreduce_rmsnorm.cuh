@@ -53,18 +53,17 @@ __device__ void fused_allreduce_rmsnorm_op(const FusedArNormParams& p, const Fus
   const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
   const auto* x = reinterpret_cast<const uint4*>(p.x);
 
-  // 1. Push every owned row's partial into slot `rank` of every peer.
-  for (uint32_t row = cta; row < p.rows; row += ctas) {
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      const uint32_t c = threadIdx.x + j * blockDim.x;
-      if (c >= row_vecs) continue;
-      const uint64_t v = static_cast<uint64_t>(row) * row_vecs + c;
-      const uint4 own = canonical<E>(x[v]);
-      for (int i = 0; i < ws.nranks; ++i) {
-        const int peer = ws.write_order[i];
-        if (peer != ws.rank) st_volatile(ws.region(peer, buffer, ws.rank) + v, own);
-      }
+  // 1. Push this rank's partials into slot `rank` of every peer. Pushing depends on nothing, so
+  // every CTA pushes an equal contiguous slice of the whole message, whoever reduces those rows:
+  // one row's 14 KB then leaves through 32 SMs instead of one.
+  const uint64_t total = static_cast<uint64_t>(p.rows) * row_vecs;
+  const uint64_t slice = (total + ctas - 1) / ctas;
+  const uint64_t slice_end = min(total, static_cast<uint64_t>(cta + 1) * slice);
+  for (uint64_t v = static_cast<uint64_t>(cta) * slice + threadIdx.x; v < slice_end; v += blockDim.x) {
+    const uint4 own = canonical<E>(x[v]);
+    for (int i = 0; i < ws.nranks; ++i) {
+      const int peer = ws.write_order[i];
+      if (peer != ws.rank) st_volatile(ws.region(peer, buffer, ws.rank) + v, own);
     }
   }
 
@@ -75,9 +74,15 @@ __device__ void fused_allreduce_rmsnorm_op(const FusedArNormParams& p, const Fus
     const uint64_t row_base = static_cast<uint64_t>(row) * row_vecs;
     bool mine[kVecs];
     float acc[kVecs][E::kLanes];
+    uint4 own[kVecs], res[kVecs];  // loaded before the polls: their latency hides under the wait
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
       mine[j] = threadIdx.x + j * blockDim.x < row_vecs;
+      if (mine[j]) {
+        const uint64_t v = row_base + threadIdx.x + j * blockDim.x;
+        own[j] = canonical<E>(x[v]);
+        res[j] = reinterpret_cast<const uint4*>(p.residual)[v];
+      }
 #pragma unroll
       for (int l = 0; l < E::kLanes; ++l) acc[j][l] = 0.f;
     }
@@ -101,7 +106,7 @@ __device__ void fused_allreduce_rmsnorm_op(const FusedArNormParams& p, const Fus
           const int s = s0 + i;
           if (s >= ws.nranks) break;
           const uint4 w = s == ws.rank
-                              ? canonical<E>(x[v])
+                              ? own[j]
                               : wait_ready<E>(ws.region(ws.rank, buffer, s) + v, polled[j][i], ws.timeout_ns,
                                               WaitSite{"fused all-reduce+rmsnorm", ws.rank, buffer,
                                                        static_cast<uint32_t>(s), v, &ws.state->reported});
@@ -119,7 +124,7 @@ __device__ void fused_allreduce_rmsnorm_op(const FusedArNormParams& p, const Fus
       if (!mine[j]) continue;
       const uint64_t v = row_base + threadIdx.x + j * blockDim.x;
       float r[E::kLanes];
-      E::to_float(reinterpret_cast<const uint4*>(p.residual)[v], r);
+      E::to_float(res[j], r);
 #pragma unroll
       for (int l = 0; l < E::kLanes; ++l) acc[j][l] += r[l];
       h[j] = E::from_float(acc[j]);

@@ -162,8 +162,13 @@ __device__ __noinline__ uint4 wait_slow(const uint4* p, uint64_t timeout_ns, Wai
     const uint4 v = ld_volatile(p);
     if (!E::has_sentinel(v)) return v;
     if ((spin & 255u) == 255u && global_time_ns() - start > timeout_ns) {
-      if (atomicCAS(site.reported, 0u, 1u) == 0u)
-        printf("rackserve comm: %s (%s) on rank %d timed out after %llu ms waiting for buffer %u "
+      if (atomicCAS(site.reported, 0u, 1u) != 0u) {
+        // Another thread reports; trapping at once could end the kernel before its line is out.
+        const uint64_t grace = global_time_ns();
+        while (global_time_ns() - grace < 100000000ull) {}
+        __trap();
+      }
+      printf("rackserve comm: %s (%s) on rank %d timed out after %llu ms waiting for buffer %u "
              "slot %u vector %llu (block %d thread %d): a peer never wrote it (peer not "
              "launched, mismatched call sequence, or dead GPU); trapping\n",
              site.op, E::kName, site.rank, static_cast<unsigned long long>(timeout_ns / 1000000),

@@ -48,6 +48,15 @@ const char* algo_name(AllReduceAlgo a) {
 
 Comm::Comm(const Topology& topo, const CommConfig& config) : topo_(topo), config_(config) {
   enable_peer_access(topo.devices());
+  {
+    int current = 0;
+    cuda_check(cudaGetDevice(&current), "cudaGetDevice");
+    for (int d : topo.devices()) {
+      cuda_check(cudaSetDevice(d), "cudaSetDevice");
+      cuda_check(comm::preload_comm_kernels(), "loading the comm kernels on GPU " + std::to_string(d));
+    }
+    cuda_check(cudaSetDevice(current), "cudaSetDevice");
+  }
   // Every CTA of a Lamport kernel may spin until its peers' CTAs run, so all of them must be
   // resident at once. A rank alone on its GPU may use every SM; ranks sharing a GPU split the
   // SMs, and leave half free for the next kernel a PDL launch brings in early.

@@ -94,6 +94,11 @@ ReplayResult replay(const Comm& comm, const std::vector<Step>& steps, int replay
     RS_CUDA_OK(cudaDeviceSynchronize());
     auto* call = static_cast<uint32_t*>(counters.ptr);
     auto* errors = reinterpret_cast<unsigned*>(call + 1);
+    for (const void* k : {reinterpret_cast<const void*>(&generate), reinterpret_cast<const void*>(&check),
+                          reinterpret_cast<const void*>(&advance)}) {
+      cudaFuncAttributes attr;  // load the test kernels before any rank can spin (lazy loading)
+      RS_CUDA_OK(cudaFuncGetAttributes(&attr, k));
+    }
     barrier.arrive_and_wait();
     RS_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (const Step& st : steps) {
@@ -118,6 +123,10 @@ ReplayResult replay(const Comm& comm, const std::vector<Step>& steps, int replay
     RS_CUDA_OK(cudaStreamEndCapture(s, &graph));
     cudaGraphExec_t exec;
     RS_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    // Upload now: an implicit upload at the first launch may wait for the whole GPU, where a peer
+    // rank's graph may already be spinning on this rank.
+    RS_CUDA_OK(cudaGraphUpload(exec, s));
+    RS_CUDA_OK(cudaStreamSynchronize(s));
     barrier.arrive_and_wait();
     for (int i = 0; i < replays; ++i) RS_CUDA_OK(cudaGraphLaunch(exec, s));
     RS_CUDA_OK(cudaStreamSynchronize(s));
