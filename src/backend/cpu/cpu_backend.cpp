@@ -250,42 +250,59 @@ void CpuBackend::attention(int layer, const Batch& batch, const std::vector<int>
   }
 
   const Tensor& kvb = *L.kv_b;  // rows: head h -> [h*(nope+vd), h*(nope+vd) + nope) = W_uk, then W_uv
+  // 1. q_abs[t, h] = W_uk[h]^T q_nope[t, h]: heads in parallel, each kv_b row widened once per
+  //    step and used for every token.
+  std::vector<float> qabs(size_t(T) * nh * R, 0.0f), olat(size_t(T) * nh * R, 0.0f);
+  pool_.parallel_for(nh, [&](int64_t h0, int64_t h1) {
+    std::vector<float> row(R);
+    for (int64_t hd = h0; hd < h1; ++hd)
+      for (int i = 0; i < nope; ++i) {
+        cpu::dequant_row(kvb, hd * (nope + vd) + i, row.data());
+        for (int t = 0; t < T; ++t) {
+          const float qi = q[(size_t(t) * nh + hd) * qk + i];
+          float* qa = &qabs[(size_t(t) * nh + hd) * R];
+          for (int c = 0; c < R; ++c) qa[c] += qi * row[c];
+        }
+      }
+  });
+  // 2. Softmax over the cached positions 0..pos and the attention-weighted latent, per (token, head).
   pool_.parallel_for(int64_t(T) * nh, [&](int64_t a, int64_t b) {
-    std::vector<float> qabs(R), row(R), olat(R), scores;
+    std::vector<float> scores;
     for (int64_t job = a; job < b; ++job) {
-      const int t = static_cast<int>(job / nh), hd = static_cast<int>(job % nh);
+      const int t = static_cast<int>(job / nh);
       const SeqStep& s = batch.seqs[row_seq[t]];
       const int pos = row_pos[t];
-      const float* qh = &q[(size_t(t) * nh + hd) * qk];
-      std::fill(qabs.begin(), qabs.end(), 0.0f);
-      for (int i = 0; i < nope; ++i) {
-        cpu::dequant_row(kvb, int64_t(hd) * (nope + vd) + i, row.data());
-        const float qi = qh[i];
-        for (int c = 0; c < R; ++c) qabs[c] += qi * row[c];
-      }
+      const float* qh = &q[size_t(job) * qk];
+      const float* qa = &qabs[size_t(job) * R];
       scores.resize(pos + 1);
       float mx = -INFINITY;
       for (int j = 0; j <= pos; ++j) {
         const float* kvj = kv_slot(layer, s.block_table[j / kv_.block_size], j % kv_.block_size);
-        float sc = (cpu::dot(qabs.data(), kvj, R) + cpu::dot(qh + nope, kvj + R, rope)) * scale_;
+        float sc = (cpu::dot(qa, kvj, R) + cpu::dot(qh + nope, kvj + R, rope)) * scale_;
         scores[j] = sc;
         mx = std::max(mx, sc);
       }
       double sum = 0;
       for (int j = 0; j <= pos; ++j) sum += scores[j] = std::exp(scores[j] - mx);
       const float inv = static_cast<float>(1.0 / sum);
-      std::fill(olat.begin(), olat.end(), 0.0f);
+      float* ol = &olat[size_t(job) * R];
       for (int j = 0; j <= pos; ++j) {
         const float* kvj = kv_slot(layer, s.block_table[j / kv_.block_size], j % kv_.block_size);
         const float p = scores[j] * inv;
-        for (int c = 0; c < R; ++c) olat[c] += p * kvj[c];
-      }
-      float* o = out + size_t(t) * nh * vd + size_t(hd) * vd;
-      for (int i = 0; i < vd; ++i) {
-        cpu::dequant_row(kvb, int64_t(hd) * (nope + vd) + nope + i, row.data());
-        o[i] = cpu::dot(row.data(), olat.data(), R);
+        for (int c = 0; c < R; ++c) ol[c] += p * kvj[c];
       }
     }
+  });
+  // 3. v[t, h] = W_uv[h] . olat[t, h], again one widening per kv_b row.
+  pool_.parallel_for(nh, [&](int64_t h0, int64_t h1) {
+    std::vector<float> row(R);
+    for (int64_t hd = h0; hd < h1; ++hd)
+      for (int i = 0; i < vd; ++i) {
+        cpu::dequant_row(kvb, hd * (nope + vd) + nope + i, row.data());
+        for (int t = 0; t < T; ++t)
+          out[size_t(t) * nh * vd + size_t(hd) * vd + i] =
+              cpu::dot(row.data(), &olat[(size_t(t) * nh + hd) * R], R);
+      }
   });
 }
 
