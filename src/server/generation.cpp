@@ -116,6 +116,15 @@ std::optional<std::string> collect_response(GenerationJob& job,
       c.error = ev.error;
     }
   }
+  // Prompt logprobs belong to the prompt, not a choice: share them with its other choices.
+  for (size_t p = 0; p < job.handles.size(); ++p) {
+    const std::vector<std::optional<TokenLogprob>>* have = nullptr;
+    for (size_t c = 0; c < n && !have; ++c)
+      if (!choices[p * n + c].prompt_logprobs.empty()) have = &choices[p * n + c].prompt_logprobs;
+    if (have)
+      for (size_t c = 0; c < n; ++c)
+        if (choices[p * n + c].prompt_logprobs.empty()) choices[p * n + c].prompt_logprobs = *have;
+  }
   for (const ChoiceResult& c : choices)
     if (c.finish == FinishReason::Error)
       return error_json(500, "generation failed: " + c.error);
@@ -161,6 +170,7 @@ bool stream_response(GenerationJob& job, SseWriter& out) {
 
   EventPump pump(job);
   std::vector<bool> echoed(text_len.size(), false);
+  std::vector<std::vector<std::optional<TokenLogprob>>> prompt_lps(job.handles.size());
   while (!out.failed() && !pump.all_done()) {
     auto got = pump.next(job.poll);
     if (!got) {
@@ -182,11 +192,12 @@ bool stream_response(GenerationJob& job, SseWriter& out) {
     if (chat) {
       if (r.logprobs && !ev.logprobs.empty()) lps = chat_logprobs_json(tok, ev.logprobs, r.top_logprobs);
     } else {
+      if (!ev.prompt_logprobs.empty()) prompt_lps[prompt] = ev.prompt_logprobs;
       if (r.echo && r.gen.prompt_logprobs && !echoed[idx]) {
         echoed[idx] = true;
         text = r.prompts[prompt].text + text;
         if (r.logprobs)
-          lps = completion_logprobs_json(tok, r.prompts[prompt].ids, ev.prompt_logprobs, ev.logprobs,
+          lps = completion_logprobs_json(tok, r.prompts[prompt].ids, prompt_lps[prompt], ev.logprobs,
                                          r.top_logprobs, 0);
       } else if (r.logprobs && !ev.logprobs.empty()) {
         lps = completion_logprobs_json(tok, {}, {}, ev.logprobs, r.top_logprobs, text_len[idx]);

@@ -29,8 +29,12 @@ std::vector<double> one_two_five(double max) {
 
 std::string fmt(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  // Shortest text that reads back as the same double: "0.005", not "0.0050000000000000001".
   char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {  // counts: "10", never "1e+01"
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  // Shortest text that reads back as the same double: "0.005", not "0.0050000000000000001".
   for (int prec = 1; prec <= 17; ++prec) {
     std::snprintf(buf, sizeof buf, "%.*g", prec, v);
     if (std::strtod(buf, nullptr) == v) break;

@@ -265,6 +265,8 @@ json parse_json_body(const std::string& body) {
     if (what.find("UTF-8") != std::string::npos)
       throw ApiError(400, "request body is not valid UTF-8 (byte " + std::to_string(e.byte) + ")");
     throw ApiError(400, "request body is not valid JSON: " + what);
+  } catch (const json::exception& e) {  // e.g. a number beyond double's range
+    throw ApiError(400, std::string("request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object())
     throw ApiError(400, std::string("request body must be a JSON object, got ") + type_name(j));

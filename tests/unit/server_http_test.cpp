@@ -287,9 +287,9 @@ TEST_CASE("429 when the waiting queue is full") {
   const std::string body = R"({"prompt":"x","max_tokens":3})";
   std::vector<int> fds;
   fds.push_back(send_raw(h.port, post_request("/v1/completions", body)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // A taken by the engine
+  REQUIRE(wait_until([&] { return h.backend->blocked(); }));  // A is inside a step
   fds.push_back(send_raw(h.port, post_request("/v1/completions", body)));  // B waits
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // B reaches submit()
   auto c = h.client();
   expect_error(c.Post("/v1/completions", body, "application/json"), 429);
   h.backend->open_gate();
@@ -304,8 +304,7 @@ TEST_CASE("a client that disconnects cancels its request and frees its KV blocks
     h.backend->close_gate();  // hold the engine inside its first step
     json body = {{"prompt", "hello"}, {"max_tokens", 400}, {"stream", stream}};
     int fd = send_raw(h.port, post_request("/v1/completions", body.dump()));
-    // Engine stats are published between steps, so this waits on time, not on a gauge.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    REQUIRE(wait_until([&] { return h.backend->blocked(); }));  // its first step is running
     ::close(fd);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // > the server's poll period
     h.backend->open_gate();
