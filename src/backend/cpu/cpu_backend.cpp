@@ -254,16 +254,19 @@ void CpuBackend::attention(int layer, const Batch& batch, const std::vector<int>
   //    step and used for every token.
   std::vector<float> qabs(size_t(T) * nh * R, 0.0f), olat(size_t(T) * nh * R, 0.0f);
   pool_.parallel_for(nh, [&](int64_t h0, int64_t h1) {
-    std::vector<float> row(R);
-    for (int64_t hd = h0; hd < h1; ++hd)
-      for (int i = 0; i < nope; ++i) {
-        cpu::dequant_row(kvb, hd * (nope + vd) + i, row.data());
-        for (int t = 0; t < T; ++t) {
-          const float qi = q[(size_t(t) * nh + hd) * qk + i];
-          float* qa = &qabs[(size_t(t) * nh + hd) * R];
-          for (int c = 0; c < R; ++c) qa[c] += qi * row[c];
+    std::vector<float> w_uk(size_t(nope) * R);  // this head's W_uk, widened once (fits in L2)
+    for (int64_t hd = h0; hd < h1; ++hd) {
+      for (int i = 0; i < nope; ++i) cpu::dequant_row(kvb, hd * (nope + vd) + i, &w_uk[size_t(i) * R]);
+      for (int t = 0; t < T; ++t) {
+        const float* qh = &q[(size_t(t) * nh + hd) * qk];
+        float* qa = &qabs[(size_t(t) * nh + hd) * R];
+        for (int i = 0; i < nope; ++i) {
+          const float qi = qh[i];
+          const float* wr = &w_uk[size_t(i) * R];
+          for (int c = 0; c < R; ++c) qa[c] += qi * wr[c];
         }
       }
+    }
   });
   // 2. Softmax over the cached positions 0..pos and the attention-weighted latent, per (token, head).
   pool_.parallel_for(int64_t(T) * nh, [&](int64_t a, int64_t b) {
@@ -295,14 +298,15 @@ void CpuBackend::attention(int layer, const Batch& batch, const std::vector<int>
   });
   // 3. v[t, h] = W_uv[h] . olat[t, h], again one widening per kv_b row.
   pool_.parallel_for(nh, [&](int64_t h0, int64_t h1) {
-    std::vector<float> row(R);
-    for (int64_t hd = h0; hd < h1; ++hd)
-      for (int i = 0; i < vd; ++i) {
-        cpu::dequant_row(kvb, hd * (nope + vd) + nope + i, row.data());
-        for (int t = 0; t < T; ++t)
-          out[size_t(t) * nh * vd + size_t(hd) * vd + i] =
-              cpu::dot(row.data(), &olat[(size_t(t) * nh + hd) * R], R);
+    std::vector<float> w_uv(size_t(vd) * R);
+    for (int64_t hd = h0; hd < h1; ++hd) {
+      for (int i = 0; i < vd; ++i) cpu::dequant_row(kvb, hd * (nope + vd) + nope + i, &w_uv[size_t(i) * R]);
+      for (int t = 0; t < T; ++t) {
+        const float* ol = &olat[(size_t(t) * nh + hd) * R];
+        float* o = out + size_t(t) * nh * vd + size_t(hd) * vd;
+        for (int i = 0; i < vd; ++i) o[i] = cpu::dot(&w_uv[size_t(i) * R], ol, R);
       }
+    }
   });
 }
 
