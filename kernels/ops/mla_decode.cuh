@@ -83,9 +83,14 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
     __syncthreads();
     __nv_bfloat16* dst = Ks + buf * kTile * L.ks;
     const int rows = min(kTile, t1 - (t0 + tile * kTile));
-    for (int i = tid; i < kTile * vecs; i += blockDim.x) {
-      const int r = i / vecs, v = i - r * vecs;
+    // (row, vector) walked incrementally: no integer division per 16-byte copy.
+    int r = tid / vecs, v = tid - (tid / vecs) * vecs;
+    const int dr = kThreads / vecs, dv = kThreads - dr * vecs;
+    while (r < kTile) {
       cp_async16(dst + r * L.ks + v * 8, p.cache + slots[r] * p.kv_dim + v * 8, r < rows);
+      v += dv;
+      r += dr;
+      if (v >= vecs) { v -= vecs; ++r; }
     }
     cp_async_commit();
   };
@@ -99,7 +104,8 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
       val = *reinterpret_cast<const uint4*>(p.q + (qrow * p.heads + h0 + r) * p.kv_dim + v * 8);
     *reinterpret_cast<uint4*>(Qs + r * L.qs + v * 8) = val;
   }
-  for (int i = tid; i < kHeads * p.kv_lora; i += blockDim.x) Os[(i / p.kv_lora) * L.os + i % p.kv_lora] = 0.f;
+  const int lshift = __ffs(p.kv_lora) - 1;  // kv_lora is a power of two (checked on the host)
+  for (int i = tid; i < kHeads * p.kv_lora; i += blockDim.x) Os[(i >> lshift) * L.os + (i & (p.kv_lora - 1))] = 0.f;
   if (tid < kHeads) { m_s[tid] = -INFINITY; l_s[tid] = 0.f; }
 
   const int tiles = (t1 - t0 + kTile - 1) / kTile;
@@ -154,7 +160,7 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
     }
     __syncthreads();
     for (int i = tid; i < kHeads * p.kv_lora; i += blockDim.x) {
-      const int r = i / p.kv_lora, c = i % p.kv_lora;
+      const int r = i >> lshift, c = i & (p.kv_lora - 1);
       Os[r * L.os + c] *= a_s[r];
     }
     __syncthreads();
@@ -174,7 +180,7 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
     __syncthreads();
   }
   for (int i = tid; i < kHeads * p.kv_lora; i += blockDim.x) {
-    const int r = i / p.kv_lora, c = i % p.kv_lora;
+    const int r = i >> lshift, c = i & (p.kv_lora - 1);
     if (h0 + r < p.heads)
       p.part_o[(part + static_cast<int64_t>(h0 + r) * p.splits) * p.kv_lora + c] = Os[r * L.os + c] / l_s[r];
   }

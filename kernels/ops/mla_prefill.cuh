@@ -62,7 +62,8 @@ __device__ __forceinline__ void mla_prefill_block(const MlaPrefillParams& p, int
       val = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(q0 + r) * p.heads + h) * dk + v * 8);
     *reinterpret_cast<uint4*>(Qs + r * L.qs + v * 8) = val;
   }
-  for (int i = tid; i < kRows * p.vdim; i += blockDim.x) Os[(i / p.vdim) * L.os + i % p.vdim] = 0.f;
+  const int vshift = __ffs(p.vdim) - 1;  // v_head_dim is a power of two (checked on the host)
+  for (int i = tid; i < kRows * p.vdim; i += blockDim.x) Os[(i >> vshift) * L.os + (i & (p.vdim - 1))] = 0.f;
   if (tid < kRows) { m_s[tid] = -INFINITY; l_s[tid] = 0.f; }
   const float scale2 = p.scale * kLog2e;
 
@@ -71,8 +72,11 @@ __device__ __forceinline__ void mla_prefill_block(const MlaPrefillParams& p, int
   auto load_tile = [&](int k0, int buf) {
     __nv_bfloat16* Kb = Ks + buf * kTile * L.qs;
     __nv_bfloat16* Vb = Vs + buf * kTile * L.vs;
-    for (int i = tid; i < kTile * (qvec + vvec); i += blockDim.x) {
-      const int r = i / (qvec + vvec), v = i - r * (qvec + vvec);
+    const int W = qvec + vvec;
+    int r = tid / W, v = tid - (tid / W) * W;
+    const int dr = kThreads / W, dv = kThreads - dr * W;
+    for (; r < kTile; v += dv, r += dr) {  // (row, vector) walked without a division per copy
+      if (v >= W) { v -= W; ++r; if (r >= kTile) break; }
       const int j = k0 + r;
       const bool valid = j < key_end;
       const int jj = valid ? j : 0;
@@ -139,7 +143,7 @@ __device__ __forceinline__ void mla_prefill_block(const MlaPrefillParams& p, int
     }
     __syncthreads();
     for (int i = tid; i < kRows * p.vdim; i += blockDim.x) {
-      const int r = i / p.vdim, c = i % p.vdim;
+      const int r = i >> vshift, c = i & (p.vdim - 1);
       Os[r * L.os + c] *= a_s[r];
     }
     __syncthreads();
@@ -161,7 +165,7 @@ __device__ __forceinline__ void mla_prefill_block(const MlaPrefillParams& p, int
   }
   __syncthreads();
   for (int i = tid; i < kRows * p.vdim; i += blockDim.x) {
-    const int r = i / p.vdim, c = i % p.vdim;
+    const int r = i >> vshift, c = i & (p.vdim - 1);
     if (q0 + r < p.T)
       p.out[(static_cast<int64_t>(q0 + r) * p.heads + h) * p.vdim + c] = __float2bfloat16(Os[r * L.os + c] / l_s[r]);
   }

@@ -27,13 +27,16 @@ using namespace rs::cudatest;
 namespace {
 
 constexpr double kMinCosine = 0.999;
-// An argmax decision whose fp32 reference margin is below this may flip under bf16 activations:
-// ~3 bf16 ulps of a logit of magnitude ~4 (the fixtures' logits are O(1..10)).
-constexpr float kBf16ArgmaxNoise = 0.05f;
+// What counts as "below the GPU path's rounding noise" (every case is printed with its margin):
+// - argmax: an fp32 reference margin under ~3 bf16 ulps of a logit of magnitude ~4 (0.05);
+// - routing: a gap at a routing cut (scores of order 0.1..1) under ~1 bf16 ulp of the score (4e-3).
+// FP8 weights: the GPU's FP8 matmul deviates more from the fp32 dequantised reference (its
+// gpu.linear tolerance is 1e-2 relative, against ~2e-3 for bf16), so the bounds are doubled/2.5x.
+struct Noise {
+  float argmax, routing;
+};
+Noise noise_for(const rs::ModelSpec& s) { return s.quant.fp8_block ? Noise{0.1f, 1e-2f} : Noise{0.05f, 4e-3f}; }
 constexpr int kBlock = 16;
-// A routing decision (scores of order 0.1..1) whose gap is below ~1 bf16 ulp of the score may flip
-// under bf16 activations; the position's output then differs by a whole expert.
-constexpr float kBf16RoutingNoise = 4e-3f;
 
 struct Prompt {
   std::vector<int32_t> ids;
@@ -101,18 +104,27 @@ double min_row_cosine(const std::vector<float>& a, const std::vector<float>& b, 
   return m;
 }
 
-// Rows under the cosine bar are allowed only where the GPU router saw a decision within bf16
-// noise of its cut (listed with the margin); returns how many rows broke the rule.
+// Rows under the cosine bar are allowed only where the GPU router saw a decision within noise of
+// its cut at that position or an earlier one of the same sequence (a flipped expert changes that
+// position's hidden state, hence its KV in the later layers, which every later position reads).
+// Each such row is printed with the flip's position and margin; returns the unexplained rows.
 int check_rows(const char* what, const std::string& model, size_t prompt, const std::vector<float>& a,
-               const std::vector<float>& b, int vocab, const std::vector<float>& margins) {
+               const std::vector<float>& b, int vocab, const std::vector<float>& margins, float noise) {
   int bad = 0;
   for (size_t r = 0; r < a.size() / vocab; ++r) {
     const double c = cosine(&a[r * vocab], &b[r * vocab], vocab);
     if (c >= kMinCosine) continue;
-    const float m = r < margins.size() ? margins[r] : INFINITY;
-    const bool flip = m < kBf16RoutingNoise;
-    std::printf("[gpu.cuda] %-16s p%zu pos %zu: cosine vs %s %.6f; smallest routing margin %.2e %s\n", model.c_str(),
-                prompt, r, what, c, m, flip ? "(below bf16 noise: routing flip, allowed)" : "(NOT explained)");
+    float m = INFINITY;
+    size_t at = 0;
+    for (size_t j = 0; j <= r && j < margins.size(); ++j)
+      if (margins[j] < m) {
+        m = margins[j];
+        at = j;
+      }
+    const bool flip = m < noise;
+    std::printf("[gpu.cuda] %-16s p%zu pos %zu: cosine vs %s %.6f; smallest routing margin at pos <= %zu: %.2e (pos %zu) %s\n",
+                model.c_str(), prompt, r, what, c, r, m, at,
+                flip ? "(below noise: routing flip, allowed)" : "(NOT explained)");
     bad += !flip;
   }
   return bad;
@@ -192,6 +204,7 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
     cpu->init_kv(kv);
     gpu->init_kv(kv);
     const int V = spec.vocab_size;
+    const Noise noise = noise_for(spec);
     auto prompts = load_expected(dir, V);
     REQUIRE(prompts.size() == 4);
     for (size_t p = 0; p < prompts.size(); ++p) {
@@ -204,15 +217,15 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
       const double cos_cpu = min_row_cosine(g, c, V, &wr1), cos_hf = min_row_cosine(g, pr.logits, V, &wr2);
       std::printf("[gpu.cuda] %-16s p%zu (len %3zu): min cosine vs CPU %.6f (pos %d), vs HF %.6f (pos %d)\n",
                   name.c_str(), p, pr.ids.size(), cos_cpu, wr1, cos_hf, wr2);
-      CHECK(check_rows("CPU", name, p, g, c, V, margins) == 0);
-      CHECK(check_rows("HF", name, p, g, pr.logits, V, margins) == 0);
+      CHECK(check_rows("CPU", name, p, g, c, V, margins, noise.routing) == 0);
+      CHECK(check_rows("HF", name, p, g, pr.logits, V, margins, noise.routing) == 0);
       if (pr.ids.size() > 8) {  // chunks over a cached prefix (what a prefix-cache hit runs)
         auto ch = teacher_forced(*gpu, pr.ids, table, int(pr.ids.size() / 3) + 1);
         int wr3 = 0;
         const double cos_chunk = min_row_cosine(ch, c, V, &wr3);
         std::printf("[gpu.cuda] %-16s p%zu chunked prefill: min cosine vs CPU %.6f, vs one-shot GPU %.6f\n",
                     name.c_str(), p, cos_chunk, min_row_cosine(ch, g, V, &wr3));
-        CHECK(check_rows("CPU (chunked)", name, p, ch, c, V, margins) == 0);
+        CHECK(check_rows("CPU (chunked)", name, p, ch, c, V, margins, noise.routing) == 0);
       }
     }
     // Greedy: all four prompts batched (mixed prefill, then decode graphs of bucket 4), each alone
@@ -233,8 +246,8 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
         const float margin = argmax_margin(&lg[(ctx.size() - 1) * V], V, &best);
         std::printf("[gpu.cuda] %-16s p%zu batched decode step %d: batch 4 %d, batch 1 %d; CPU argmax margin %.5f %s\n",
                     name.c_str(), p, t, batched[p][t], alone[t], margin,
-                    margin < kBf16ArgmaxNoise ? "(below bf16 noise: allowed)" : "(NOT explained)");
-        CHECK(margin < kBf16ArgmaxNoise);
+                    margin < noise.argmax ? "(below noise: allowed)" : "(NOT explained)");
+        CHECK(margin < noise.argmax);
         break;
       }
       // First divergence from the reference: allowed only below bf16 noise, and listed.
@@ -246,8 +259,8 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
         int best = 0;
         const float margin = argmax_margin(&lg[(ctx.size() - 1) * V], V, &best);
         std::printf("[gpu.cuda] %-16s p%zu greedy step %d: GPU %d, CPU %d; CPU argmax margin %.5f %s\n", name.c_str(),
-                    p, t, alone[t], ref[t], margin, margin < kBf16ArgmaxNoise ? "(below bf16 noise: allowed)" : "");
-        CHECK(margin < kBf16ArgmaxNoise);
+                    p, t, alone[t], ref[t], margin, margin < noise.argmax ? "(below noise: allowed)" : "");
+        CHECK(margin < noise.argmax);
         break;
       }
       if (!prompts[p].greedy.empty()) {

@@ -146,6 +146,8 @@ class CudaBackend final : public Backend {
     need(spec_.qk_rope_head_dim % 16 == 0, "qk_rope_head_dim must be a multiple of 16");
     need(spec_.qk_nope_head_dim % 16 == 0 && spec_.qk_nope_head_dim <= 256, "qk_nope_head_dim must be a multiple of 16, <= 256");
     need(spec_.v_head_dim % 16 == 0, "v_head_dim must be a multiple of 16");
+    auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+    need(pow2(spec_.v_head_dim) && pow2(spec_.kv_lora_rank), "v_head_dim and kv_lora_rank must be powers of two");
     need(spec_.hidden_size % 256 == 0 && spec_.hidden_size <= 8192, "hidden_size must be a multiple of 256, <= 8192");
     need(spec_.n_routed_experts <= 512, "n_routed_experts <= 512");
     need(spec_.n_group <= 64, "n_group <= 64");
