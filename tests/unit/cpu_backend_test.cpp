@@ -85,6 +85,20 @@ TEST_CASE("noaux_tc: bias picks the groups and experts, weights come from unbias
   CHECK(r3.weights[0] == doctest::Approx(2.5 * sigmoid(3)));
 }
 
+TEST_CASE("noaux_tc masks dropped groups with 0.0 as HF does, so a negative kept score can lose to them") {
+  auto s = routing_spec(rs::ModelType::DeepseekV3, rs::ScoringFunc::Sigmoid, rs::TopkMethod::NoauxTc, 4, 1, false, 1.0);
+  s.num_experts_per_tok = 2;
+  s.topk_group = 2;
+  // Biases push every choice score below zero; groups 0 and 1 are kept (least negative pairs).
+  float logits[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float bias[8] = {-0.6f, -0.7f, -0.6f, -0.9f, -2, -2, -2, -2};
+  rs::cpu::Route r = rs::cpu::route_token(s, logits, bias);
+  // Kept: 0 (-0.1), 2 (-0.1), 1 (-0.2), 3 (-0.4); dropped experts sit at 0.0 and win: 4 and 5
+  // (lowest ids among the ties at 0.0).
+  CHECK(r.experts[0] == 4);
+  CHECK(r.experts[1] == 5);
+}
+
 TEST_CASE("group_limited_greedy (V2): groups ranked by their best expert") {
   auto s = routing_spec(rs::ModelType::DeepseekV2, rs::ScoringFunc::Softmax, rs::TopkMethod::GroupLimitedGreedy, 4, 1, false, 16.0);
   // group 1 has the single best expert; group 0 has the two second-best.
