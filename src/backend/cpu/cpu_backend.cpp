@@ -191,19 +191,41 @@ void CpuBackend::moe(int layer, const float* h, int T, float* out) {
   }
   std::fill(out, out + size_t(T) * H, 0.0f);
   const int64_t I = spec_.moe_intermediate_size;
-  std::vector<float> xin, y;
-  for (int e = 0; e < E; ++e) {  // ascending expert order, as HF accumulates
-    const auto& toks = assigned[e];
-    if (toks.empty()) continue;
+  std::vector<int> active;
+  for (int e = 0; e < E; ++e) if (!assigned[e].empty()) active.push_back(e);
+  // Each active expert's output for its tokens, [n_e, H].
+  std::vector<std::vector<float>> y(active.size());
+  auto run_expert = [&](size_t k, bool parallel_rows) {
+    const auto& toks = assigned[active[k]];
     const int n = static_cast<int>(toks.size());
-    xin.resize(size_t(n) * H);
-    y.resize(size_t(n) * H);
+    std::vector<float> xin(size_t(n) * H);
     for (int i = 0; i < n; ++i) std::memcpy(&xin[size_t(i) * H], h + size_t(toks[i].first) * H, H * 4);
-    mlp(L.experts[e], xin.data(), n, y.data(), I);
-    for (int i = 0; i < n; ++i) {
+    y[k].resize(size_t(n) * H);
+    const Mlp& m = L.experts[active[k]];
+    if (parallel_rows) {
+      mlp(m, xin.data(), n, y[k].data(), I);
+    } else {
+      std::vector<float> g(size_t(n) * I), u(size_t(n) * I);
+      cpu::linear_rows(*m.gate, xin.data(), H, n, g.data(), I, 0, I);
+      cpu::linear_rows(*m.up, xin.data(), H, n, u.data(), I, 0, I);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+      cpu::linear_rows(*m.down, g.data(), I, n, y[k].data(), H, 0, H);
+    }
+  };
+  // Enough experts to keep every thread busy: one expert per task. Otherwise split each
+  // expert's rows. Either way every output element is the same dot product (bitwise equal).
+  if (static_cast<int>(active.size()) >= 2 * pool_.size()) {
+    pool_.parallel_for(static_cast<int64_t>(active.size()),
+                       [&](int64_t a, int64_t b) { for (int64_t k = a; k < b; ++k) run_expert(k, false); });
+  } else {
+    for (size_t k = 0; k < active.size(); ++k) run_expert(k, true);
+  }
+  for (size_t k = 0; k < active.size(); ++k) {  // ascending expert order, as HF accumulates
+    const auto& toks = assigned[active[k]];
+    for (size_t i = 0; i < toks.size(); ++i) {
       float* o = out + size_t(toks[i].first) * H;
       const float wgt = toks[i].second;
-      for (int c = 0; c < H; ++c) o[c] += y[size_t(i) * H + c] * wgt;
+      for (int c = 0; c < H; ++c) o[c] += y[k][i * H + c] * wgt;
     }
   }
   if (L.has_shared) {
