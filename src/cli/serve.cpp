@@ -10,13 +10,18 @@
 #include <cstdlib>
 #include <mutex>
 #include <pthread.h>
+#include <fstream>
+#include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "engine/engine.h"
 #include "model/default_model.h"
+#include "model/embedded_assets.h"
 #include "model/model_spec.h"
 #include "model/weights.h"
 #include "server/metrics.h"
@@ -39,6 +44,7 @@ struct ServeOptions {
   double sse_keepalive_s = 5;
   server::ServerConfig http;
   int max_logprobs = 20;
+  std::string chat_template;  // file path or literal Jinja text (vLLM's --chat-template)
 };
 
 uint64_t parse_bytes(const std::string& s) {
@@ -113,6 +119,32 @@ struct LoadedModel {
   bool random_weights = false;
 };
 
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(path + ": cannot read");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// --chat-template: the tokenizer is rebuilt from the same tokenizer.json with tokenizer_config's
+// chat_template replaced, so the override goes through the tokenizer's own template engine.
+// Like vLLM, the value is a file path when such a file exists, else the template text itself.
+std::unique_ptr<Tokenizer> with_chat_template(std::string_view tokenizer_json,
+                                              std::string_view tokenizer_config_json,
+                                              const std::string& template_arg) {
+  std::ifstream probe(template_arg);
+  std::string tmpl = probe.good() ? read_text_file(template_arg) : template_arg;
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(tokenizer_config_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("tokenizer_config.json: ") + e.what());
+  }
+  cfg["chat_template"] = tmpl;
+  return Tokenizer::from_json(tokenizer_json, cfg.dump());
+}
+
 LoadedModel load_model(const ServeOptions& o) {
   LoadedModel m;
   if (o.model.empty()) {
@@ -125,6 +157,8 @@ LoadedModel load_model(const ServeOptions& o) {
     m.default_name = d.name;
     m.description = d.description;
     m.random_weights = true;
+    if (!o.chat_template.empty())
+      m.tokenizer = with_chat_template(embedded_tokenizer_json(), embedded_tokenizer_config_json(), o.chat_template);
     return m;
   }
   if (o.load_format != "auto" && o.load_format != "safetensors" && o.load_format != "dummy")
@@ -132,7 +166,10 @@ LoadedModel load_model(const ServeOptions& o) {
   m.spec = load_model_spec(o.model);
   if (!Tokenizer::dir_has_tokenizer(o.model))
     throw Error(o.model + ": no tokenizer.json/tokenizer_config.json; the server needs the model's tokenizer");
-  m.tokenizer = Tokenizer::from_dir(o.model);
+  m.tokenizer = o.chat_template.empty()
+                    ? Tokenizer::from_dir(o.model)
+                    : with_chat_template(read_text_file(o.model + "/tokenizer.json"),
+                                         read_text_file(o.model + "/tokenizer_config.json"), o.chat_template);
   m.random_weights = o.load_format == "dummy";
   m.weights = m.random_weights ? Weights::dummy(m.spec) : Weights::load(o.model, m.spec);
   m.default_name = o.model;  // vLLM serves the --model argument as the name by default
@@ -144,6 +181,10 @@ int run_serve(ServeOptions o) {
   SignalWatcher signals;
   if (!o.kv_cache_memory.empty()) o.engine.kv_budget_bytes = parse_bytes(o.kv_cache_memory);
   o.http.sse_keepalive = std::chrono::milliseconds(int64_t(o.sse_keepalive_s * 1000));
+  // Each running or waiting request holds an HTTP worker (its response waits on the engine), so
+  // by default the pool covers max_num_seqs plus room for queued requests and quick calls; a
+  // connection beyond the pool waits in httplib's queue before it is even read.
+  if (o.http.http_threads <= 0) o.http.http_threads = std::min(1024, o.engine.max_num_seqs + 64);
 
   const std::string metrics_name =
       !o.served_names.empty() ? o.served_names[0] : o.model.empty() ? "deepseek-v3-tiny-random" : o.model;
@@ -212,6 +253,7 @@ int run_serve(ServeOptions o) {
 
 void add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
+  o->http.http_threads = 0;  // auto, from --max-num-seqs
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (embedded random-weight model without --model)");
   cmd->add_option("--model", o->model, "HF model directory (default: the embedded tiny random-weight DeepSeek-V3)");
   cmd->add_option("--host", o->http.host, "address to listen on")->capture_default_str();
@@ -236,7 +278,8 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU backend threads (0: all cores)");
   cmd->add_option("--max-logprobs", o->max_logprobs, "largest logprobs/top_logprobs a request may ask")->capture_default_str();
   cmd->add_option("--max-request-body", o->http.max_body_bytes, "request body limit in bytes (413 above)")->capture_default_str();
-  cmd->add_option("--http-threads", o->http.http_threads, "connections served at once")->capture_default_str();
+  cmd->add_option("--http-threads", o->http.http_threads, "connections served at once (0: max-num-seqs + 64)");
+  cmd->add_option("--chat-template", o->chat_template, "chat template override: a Jinja file, or the template text");
   cmd->add_option("--sse-keepalive", o->sse_keepalive_s, "seconds between ': keep-alive' comments while a stream waits")
       ->capture_default_str();
   cmd->callback([o] {

@@ -23,7 +23,7 @@ struct ServerConfig {
   int port = 8000;  // 0: any free port (bind() returns it)
   std::string api_key;  // empty: no authentication
   size_t max_body_bytes = 8u << 20;  // larger bodies get 413
-  int http_threads = 64;  // concurrent connections served; more wait in httplib's queue
+  int http_threads = 64;  // concurrent connections served; more wait in httplib's queue (serve: 0 = auto)
   std::chrono::milliseconds sse_keepalive{5000};  // comment frames while no token is due
   std::chrono::milliseconds poll{50};             // client-connection check period
 };
