@@ -34,3 +34,23 @@ test('SIGTERM with nothing running exits 0 promptly', async () => {
   assert.equal(code, 0);
   assert.ok(Date.now() - t0 < 10_000);
 });
+
+test('SIGTERM past --shutdown-timeout cancels what still runs, ends its stream, exits 0', async () => {
+  const s = await startServer(['--max-model-len', '1024', '--shutdown-timeout', '0.5']);
+  const c = client(s.url);
+  const stream = await c.completions.create({ model: MODEL, prompt: 'long', max_tokens: 1000, temperature: 0, ignore_eos: true, stream: true });
+  const it = stream[Symbol.asyncIterator]();
+  assert.equal((await it.next()).done, false);
+  const t0 = Date.now();
+  s.proc.kill('SIGTERM');
+  let finish = null;
+  for (;;) {
+    const { value, done } = await it.next();
+    if (done) break;
+    for (const ch of value.choices) if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  assert.equal(finish, 'abort');
+  const { code } = await s.exited;
+  assert.equal(code, 0, s.log());
+  assert.ok(Date.now() - t0 < 15_000, 'the drain did not respect --shutdown-timeout');
+});
