@@ -51,3 +51,19 @@ test('32 concurrent streams, some aborted: identical greedy outputs, all KV free
   assert.ok(metric(text, 'rackserve:e2e_request_latency_seconds_count') >= N);
   assert.ok(metric(text, 'rackserve:inter_token_latency_seconds_count') > 0);
 });
+
+test('a non-streaming client that hangs up cancels its request', async () => {
+  const before = metric(await metricsText(), 'rackserve:generation_tokens_total');
+  const ac = new AbortController();
+  const pending = c.completions.create(
+    { model: MODEL, prompt: 'a long answer please', max_tokens: 900, temperature: 0, ignore_eos: true },
+    { signal: ac.signal });
+  await waitFor(async () => metric(await metricsText(), 'rackserve:num_requests_running') === 1, { what: 'the request to run' });
+  ac.abort();
+  await assert.rejects(pending);
+  const text = await waitFor(async () => {
+    const t = await metricsText();
+    return metric(t, 'rackserve:num_requests_running') === 0 && metric(t, 'rackserve:kv_cache_usage_perc') === 0 ? t : null;
+  }, { what: 'the cancelled request to free its blocks' });
+  assert.ok(metric(text, 'rackserve:generation_tokens_total') - before < 900, 'the request ran to the end');
+});
