@@ -65,6 +65,10 @@ void run_generate(const GenerateArgs& a) {
     tok = Tokenizer::from_dir(a.model);
     prompt = tok->encode(a.prompt, /*add_special_tokens=*/true);
     if (prompt.empty()) throw Error("--prompt encodes to no tokens");
+    for (int32_t id : prompt)
+      if (id >= spec.vocab_size)
+        throw Error(a.model + ": the tokenizer produced id " + std::to_string(id) +
+                    ", outside the model's vocab_size " + std::to_string(spec.vocab_size));
   } else {
     prompt = parse_ids(a.prompt_ids, spec.vocab_size);
   }
