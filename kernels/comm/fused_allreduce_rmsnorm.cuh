@@ -47,7 +47,9 @@ __device__ __forceinline__ float fused_block_sum(float x, float* scratch /* 32 f
 template <class E, int kVecs>
 __device__ void fused_allreduce_rmsnorm_op(const FusedArNormParams& p, const FusedGamma& gamma,
                                            uint32_t buffer, int cta, int ctas) {
-  constexpr int kBatch = kPollBatch / kVecs > 0 ? kPollBatch / kVecs : 1;
+  // Slots polled at once per vector: kVecs x kBatch polls in flight; 4 in all keeps the 2-vector
+  // bf16 instance (hidden 7168) free of spills.
+  constexpr int kBatch = 4 / kVecs > 0 ? 4 / kVecs : 1;
   __shared__ float scratch[32];
   const LamportView& ws = p.ws;
   const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
