@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <future>
 #include <thread>
 
 #include "unit/server_test_support.h"
@@ -285,15 +286,25 @@ TEST_CASE("429 when the waiting queue is full") {
   ServerHarness h({}, ecfg);
   h.backend->close_gate();  // the engine blocks inside its first step, holding request A
   const std::string body = R"({"prompt":"x","max_tokens":3})";
-  std::vector<int> fds;
-  fds.push_back(send_raw(h.port, post_request("/v1/completions", body)));
+  int fd = send_raw(h.port, post_request("/v1/completions", body));
   REQUIRE(wait_until([&] { return h.backend->blocked(); }));  // A is inside a step
-  fds.push_back(send_raw(h.port, post_request("/v1/completions", body)));  // B waits
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // B reaches submit()
-  auto c = h.client();
-  expect_error(c.Post("/v1/completions", body, "application/json"), 429);
+  // B and C race for the one queue slot: whichever comes second is refused at once.
+  auto post = [&] {
+    auto c = h.client();
+    auto r = c.Post("/v1/completions", body, "application/json");
+    return r ? r->status : -1;
+  };
+  auto b = std::async(std::launch::async, post);
+  auto c = std::async(std::launch::async, post);
+  REQUIRE(wait_until([&] {
+    return b.wait_for(std::chrono::seconds(0)) == std::future_status::ready ||
+           c.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }));
   h.backend->open_gate();
-  for (int fd : fds) ::close(fd);
+  int sb = b.get(), sc = c.get();
+  CHECK(std::min(sb, sc) == 200);
+  CHECK(std::max(sb, sc) == 429);
+  ::close(fd);
   CHECK(wait_until([&] { auto s = h.engine->stats(); return s.running == 0 && s.waiting == 0; }));
 }
 
@@ -306,10 +317,18 @@ TEST_CASE("a client that disconnects cancels its request and frees its KV blocks
     int fd = send_raw(h.port, post_request("/v1/completions", body.dump()));
     REQUIRE(wait_until([&] { return h.backend->blocked(); }));  // its first step is running
     ::close(fd);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // > the server's poll period
+    // One step at a time, so the request cannot outrun the server's hang-up check however
+    // slow this machine is: it must be cancelled long before its 400 tokens.
+    bool freed = false;
+    for (int i = 0; i < 300 && !freed; ++i) {
+      h.backend->allow_steps(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto s = h.engine->stats();
+      freed = s.running == 0 && s.kv_blocks_used == 0;
+    }
     h.backend->open_gate();
-    CHECK(wait_until([&] { auto s = h.engine->stats(); return s.running == 0 && s.kv_blocks_used == 0; }));
-    CHECK(h.engine->stats().generation_tokens < 400);  // cancelled, not run to the end
+    CHECK(freed);
+    CHECK(h.engine->stats().generation_tokens < 300);  // cancelled, not run to the end
     auto m = h.client().Get("/metrics");
     REQUIRE(m);
     CHECK(m->body.find("rackserve:kv_cache_usage_perc{model_name=\"test-model\"} 0\n") != std::string::npos);
