@@ -3,7 +3,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { client, postRaw, startServer, MODEL, URL } from './helpers.mjs';
+import { client, postRaw, startServer, metricsText, metric, waitFor, MODEL, URL } from './helpers.mjs';
 
 const c = client();
 
@@ -102,14 +102,23 @@ test('401: --api-key requires the right Bearer key', async (t) => {
 test('429: the waiting queue is full', async (t) => {
   const s = await startServer(['--max-num-seqs', '1', '--max-queued-requests', '1', '--max-model-len', '512']);
   t.after(() => s.stop());
-  const long = { model: MODEL, prompt: 'occupy', max_tokens: 400, ignore_eos: true, stream: true };
+  const long = JSON.stringify({ model: MODEL, prompt: 'occupy', max_tokens: 400, ignore_eos: true, stream: true });
   const ac = new AbortController();
-  // A runs, B waits; then the queue is full.
-  const a = fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(long), signal: ac.signal });
-  await new Promise((r) => setTimeout(r, 400));
-  const b = fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(long), signal: ac.signal });
-  await new Promise((r) => setTimeout(r, 400));
-  await assertApiError(client(s.url).completions.create({ model: MODEL, prompt: 'x', max_tokens: 1 }), 429);
-  ac.abort();
-  await Promise.allSettled([a, b]);
+  const post = () => fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: long, signal: ac.signal });
+  try {
+    const a = await post();  // A runs (streams answer 200 at once)
+    assert.equal(a.status, 200);
+    await waitFor(async () => metric(await metricsText(s.url), 'rackserve:num_requests_running') === 1, { what: 'A to run' });
+    // B and C race for the one queue slot: the second is refused with 429 and an error object.
+    const [b, c2] = await Promise.all([post(), post()]);
+    const refused = [b, c2].filter((r) => r.status === 429);
+    assert.deepEqual([b.status, c2.status].sort(), [200, 429]);
+    const e = (await refused[0].json()).error;
+    assert.equal(e.code, 429);
+    assert.equal(e.type, 'rate_limit_exceeded');
+    // The official client surfaces it as an APIError with status 429 while the queue is full.
+    await assertApiError(client(s.url).completions.create({ model: MODEL, prompt: 'x', max_tokens: 1 }), 429);
+  } finally {
+    ac.abort();
+  }
 });
