@@ -13,6 +13,7 @@ namespace rs::kern {
 
 template <bool kFp8, int BN>
 __device__ __forceinline__ void dense_gemm_op(const DenseGemmParams& p, uint8_t* smem) {
+  pdl_launch_dependents();
   using Ops = mma::TileOperands<kFp8, BN>;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * mma::BM;
   const int64_t tok0 = static_cast<int64_t>(blockIdx.y) * BN;

@@ -13,6 +13,7 @@
 
 #include "kernels/common/bf16_fp8.cuh"
 #include "kernels/ops/linear_params.h"
+#include "kernels/ops/matmul_pdl.cuh"
 
 namespace rs::kern::mma {
 
@@ -102,7 +103,7 @@ __device__ __forceinline__ void mainloop(const TileOperands<kFp8, BN>& op, int64
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
 
   const int64_t ntiles = (k_end - k_begin + BK - 1) / BK;
-  auto load_tile = [&](int64_t kt, int stage) {
+  auto load_w = [&](int64_t kt, int stage) {
     const int64_t k0 = k_begin + kt * BK;
 #pragma unroll
     for (int i = 0; i < Ops::kWLoads; ++i) {
@@ -116,6 +117,9 @@ __device__ __forceinline__ void mainloop(const TileOperands<kFp8, BN>& op, int64
                    ok ? op.w[i] + k * 2 : op.any_valid, ok);
       }
     }
+  };
+  auto load_x = [&](int64_t kt, int stage) {
+    const int64_t k0 = k_begin + kt * BK;
 #pragma unroll
     for (int i = 0; i < Ops::kXLoads; ++i) {
       if (Ops::kXChunks % THREADS != 0 && threadIdx.x + i * THREADS >= Ops::kXChunks) continue;
@@ -126,15 +130,25 @@ __device__ __forceinline__ void mainloop(const TileOperands<kFp8, BN>& op, int64
     }
   };
 
+  // Weights of the first stages go out before the PDL wait (they are constant); activations
+  // only after it. The first commit group then holds those weights, so the first wait below
+  // also covers them.
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s)
+    if (s < ntiles) load_w(s, s);
+  pdl_wait();
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ntiles) load_tile(s, s);
+    if (s < ntiles) load_x(s, s);
     cp_async_commit();
   }
   for (int64_t kt = 0; kt < ntiles; ++kt) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // tile kt landed for everyone; everyone is done with tile kt-1's stage
-    if (kt + STAGES - 1 < ntiles) load_tile(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+    if (kt + STAGES - 1 < ntiles) {
+      load_w(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+      load_x(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+    }
     cp_async_commit();
     const int stage = kt % STAGES;
     const __nv_bfloat16* wtile;

@@ -63,9 +63,13 @@ __device__ __forceinline__ void small_routing(const ExpertGemvParams& p, SmallRo
 
 __device__ __forceinline__ float silu(float g) { return silu_f32(g); }
 
-// Block (blockIdx.x = group of kGemvWarps*RPW intermediate rows, blockIdx.y = active index).
+// Block (blockIdx.x, blockIdx.y = active index): loops over groups of kGemvWarps*RPW
+// intermediate rows with stride gridDim.x, so the routing prologue runs once per block and the
+// grid can be sized to the resident capacity rather than to the rows.
 template <bool kFp8, int RPW, int MT, int U>
 __device__ __forceinline__ void expert_gemv_gate_up_op(const ExpertGemvParams& p, SmallRouting& sr) {
+  pdl_launch_dependents();
+  pdl_wait();  // the routing comes from the router kernel
   small_routing(p, sr);
   const int a = blockIdx.y;
   if (a >= sr.n_active) return;
@@ -75,71 +79,75 @@ __device__ __forceinline__ void expert_gemv_gate_up_op(const ExpertGemvParams& p
   const rs::cuda::DeviceMatrix up = p.experts.up[e];
   const int inter = p.experts.inter, hidden = p.experts.hidden;
   const int lane = threadIdx.x & 31;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * RPW;
-  if (row0 >= inter) return;
-  WeightRow rows[2 * RPW];  // RPW gate rows, then the same RPW up rows
+  const __nv_bfloat16* xr[1][MT];
 #pragma unroll
-  for (int r = 0; r < RPW; ++r) {
-    rows[r] = weight_row(gate, row0 + r, kFp8);
-    rows[RPW + r] = weight_row(up, row0 + r, kFp8);
-  }
-  const __nv_bfloat16* xr[MT];
+  for (int t = 0; t < MT; ++t) xr[0][t] = (t < p.m && (sel >> t & 1u)) ? p.x + (int64_t)t * hidden : nullptr;
+  for (int64_t rg = blockIdx.x; rg * kGemvWarps * RPW < inter; rg += gridDim.x) {
+    const int64_t row0 = (rg * kGemvWarps + threadIdx.x / 32) * RPW;
+    if (row0 >= inter) break;
+    WeightRow rows[2 * RPW];  // RPW gate rows, then the same RPW up rows
 #pragma unroll
-  for (int t = 0; t < MT; ++t) xr[t] = (t < p.m && (sel >> t & 1u)) ? p.x + (int64_t)t * hidden : nullptr;
-  float part[2 * RPW][MT];
-  gemv_warp_partial<kFp8, 2 * RPW, MT, U>(rows, xr, hidden, gate.block_cols, part);
-#pragma unroll
-  for (int r = 0; r < RPW; ++r)
-#pragma unroll
-    for (int t = 0; t < MT; ++t) {
-      const float g = warp_sum(part[r][t]);
-      const float u = warp_sum(part[RPW + r][t]);
-      if (lane == ((r * MT + t) & 31) && xr[t] && row0 + r < inter)
-        p.h[((int64_t)a * p.m + t) * inter + row0 + r] = __float2bfloat16_rn(silu(g) * u);
+    for (int r = 0; r < RPW; ++r) {
+      rows[r] = weight_row(gate, row0 + r, kFp8);
+      rows[RPW + r] = weight_row(up, row0 + r, kFp8);
     }
+    float part[2 * RPW][MT];
+    gemv_warp_partial<kFp8, 2 * RPW, MT, U>(rows, xr, 0, hidden / chunk_elems<kFp8>(), gate.block_cols, part);
+#pragma unroll
+    for (int r = 0; r < RPW; ++r)
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        const float g = warp_sum(part[r][t]);
+        const float u = warp_sum(part[RPW + r][t]);
+        if (lane == ((r * MT + t) & 31) && xr[0][t] && row0 + r < inter)
+          p.h[((int64_t)a * p.m + t) * inter + row0 + r] = __float2bfloat16_rn(silu(g) * u);
+      }
+  }
 }
 
-// Block (blockIdx.x = group of kGemvWarps*RPW hidden rows): loops over the active experts.
-template <bool kFp8, int RPW, int MT, int U>
+// Block (blockIdx.x = group of kGemvWarps hidden rows, one per warp): loops over the active
+// experts EPI at a time, so a warp has EPI experts' rows in flight instead of one.
+template <bool kFp8, int EPI, int MT, int U>
 __device__ __forceinline__ void expert_gemv_down_op(const ExpertGemvParams& p, SmallRouting& sr) {
+  pdl_launch_dependents();
+  pdl_wait();  // routing from the router, h from the gate_up kernel
   small_routing(p, sr);
   const int inter = p.experts.inter, hidden = p.experts.hidden;
   const int lane = threadIdx.x & 31;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * RPW;
-  if (row0 >= hidden) return;
-  float acc[RPW][MT];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
+  if (row >= hidden) return;
+  float acc[MT];
 #pragma unroll
-  for (int r = 0; r < RPW; ++r)
+  for (int t = 0; t < MT; ++t) acc[t] = 0.f;
+  for (int a0 = 0; a0 < sr.n_active; a0 += EPI) {
+    WeightRow rows[EPI];
+    const __nv_bfloat16* hr[EPI][MT];
 #pragma unroll
-    for (int t = 0; t < MT; ++t) acc[r][t] = 0.f;
-  for (int a = 0; a < sr.n_active; ++a) {
-    const rs::cuda::DeviceMatrix down = p.experts.down[sr.expert[a]];
-    const uint32_t sel = sr.tokens[a];
-    WeightRow rows[RPW];
+    for (int i = 0; i < EPI; ++i) {
+      const int a = a0 + i;
+      const uint32_t sel = a < sr.n_active ? sr.tokens[a] : 0u;
+      if (a < sr.n_active) rows[i] = weight_row(p.experts.down[sr.expert[a]], row, kFp8);
 #pragma unroll
-    for (int r = 0; r < RPW; ++r) rows[r] = weight_row(down, row0 + r, kFp8);
-    const __nv_bfloat16* hr[MT];
-#pragma unroll
-    for (int t = 0; t < MT; ++t)
-      hr[t] = (t < p.m && (sel >> t & 1u)) ? p.h + ((int64_t)a * p.m + t) * inter : nullptr;
-    float part[RPW][MT];
-    gemv_warp_partial<kFp8, RPW, MT, U>(rows, hr, inter, down.block_cols, part);
+      for (int t = 0; t < MT; ++t)
+        hr[i][t] = (t < p.m && (sel >> t & 1u)) ? p.h + ((int64_t)a * p.m + t) * inter : nullptr;
+    }
+    float part[EPI][MT];
+    gemv_warp_partial<kFp8, EPI, MT, U, true>(rows, hr, 0, inter / chunk_elems<kFp8>(),
+                                              p.experts.down[sr.expert[a0]].block_cols, part);
     // The routing weight is linear in the dot product, so lanes apply it before the reduction.
 #pragma unroll
-    for (int t = 0; t < MT; ++t) {
-      const float wt = t < kExpertGemvMaxTokens ? sr.weight[t][a] : 0.f;
+    for (int i = 0; i < EPI; ++i)
 #pragma unroll
-      for (int r = 0; r < RPW; ++r) acc[r][t] = fmaf(wt, part[r][t], acc[r][t]);
-    }
+      for (int t = 0; t < MT; ++t) {
+        const float wt = (a0 + i < sr.n_active && t < kExpertGemvMaxTokens) ? sr.weight[t][a0 + i] : 0.f;
+        acc[t] = fmaf(wt, part[i][t], acc[t]);
+      }
   }
 #pragma unroll
-  for (int r = 0; r < RPW; ++r)
-#pragma unroll
-    for (int t = 0; t < MT; ++t) {
-      const float v = warp_sum(acc[r][t]);
-      if (lane == ((r * MT + t) & 31) && t < p.m && row0 + r < hidden)
-        p.out[(int64_t)t * hidden + row0 + r] = __float2bfloat16_rn(v);
-    }
+  for (int t = 0; t < MT; ++t) {
+    const float v = warp_sum(acc[t]);
+    if (lane == (t & 31) && t < p.m) p.out[(int64_t)t * hidden + row] = __float2bfloat16_rn(v);
+  }
 }
 
 }  // namespace rs::kern

@@ -6,16 +6,23 @@
 #include "kernels/ops/gemm.cuh"
 #include "kernels/ops/gemv.cuh"
 #include "kernels/ops/matmul_launch.h"
+#include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/swiglu.cuh"
 
 namespace rs::kern {
 namespace {
 
-template <bool kFp8, int RPW, int MT, int U>
-__global__ void __launch_bounds__(kGemvThreads, 1) gemv_dense_kernel(rs::cuda::DeviceMatrix w,
+// One-row, few-token variants are latency-bound on small matrices: ask for 3 resident blocks
+// (<= 85 registers) so 24 warps per SM keep loads in flight (first run: 68 registers, 3 blocks).
+template <int RPW, int MT>
+constexpr int gemv_min_blocks() { return RPW == 1 && MT <= 2 ? 3 : 1; }
+
+template <bool kFp8, int RPW, int MT, int U, bool kPdl>
+__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<RPW, MT>()) gemv_dense_kernel(rs::cuda::DeviceMatrix w,
                                                                   const __nv_bfloat16* x, int m,
-                                                                  __nv_bfloat16* y) {
-  gemv_dense_op<kFp8, RPW, MT, U>(w, x, m, y);
+                                                                  __nv_bfloat16* y, int ks) {
+  __shared__ float red[kGemvWarps * RPW * MT];
+  gemv_dense_op<kFp8, RPW, MT, U, kPdl>(w, x, m, y, ks, red);
 }
 
 __global__ void __launch_bounds__(kGemvThreads) gemv_scalar_kernel(rs::cuda::DeviceMatrix w,
@@ -31,12 +38,18 @@ __global__ void __launch_bounds__(mma::THREADS, 2) gemm_dense_kernel(DenseGemmPa
 }
 
 __global__ void splitk_reduce_kernel(const float* partial, int splits, int64_t n, __nv_bfloat16* y) {
+  pdl_launch_dependents();
+  pdl_wait();
   splitk_reduce_op(partial, splits, n, y);
 }
 
 __global__ void swiglu_kernel(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h) {
+  pdl_launch_dependents();
+  pdl_wait();
   swiglu_op(gu, m, inter, h);
 }
+
+bool g_matmul_pdl = true;
 
 __device__ __forceinline__ uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
   x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
@@ -66,15 +79,29 @@ int blocks_for(int64_t work_items, int items_per_block, int sm_count, int max_wa
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(need, int64_t(sm_count) * max_waves)));
 }
 
+template <bool kFp8, int RPW, int U, bool kPdl>
+void gemv_dense_launch(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
+                       __nv_bfloat16* y, int ks, int grid, cudaStream_t s) {
+  const dim3 g(grid), b(kGemvThreads);
+  if (m <= 1) launch_pdl(gemv_dense_kernel<kFp8, RPW, 1, U, kPdl>, g, b, 0, s, w, x, m, y, ks);
+  else if (m <= 2) launch_pdl(gemv_dense_kernel<kFp8, RPW, 2, U, kPdl>, g, b, 0, s, w, x, m, y, ks);
+  else if (m <= 4) launch_pdl(gemv_dense_kernel<kFp8, RPW, 4, U, kPdl>, g, b, 0, s, w, x, m, y, ks);
+  else launch_pdl(gemv_dense_kernel<kFp8, RPW, 8, U, kPdl>, g, b, 0, s, w, x, m, y, ks);
+}
+
 template <bool kFp8, int RPW>
 void gemv_dense_mt(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
                    __nv_bfloat16* y, int sm_count, cudaStream_t s) {
-  constexpr int U = kFp8 ? 4 : 8;
-  const int grid = blocks_for((w.rows + RPW - 1) / RPW, kGemvWarps, sm_count, 32);
-  if (m <= 1) gemv_dense_kernel<kFp8, RPW, 1, U><<<grid, kGemvThreads, 0, s>>>(w, x, m, y);
-  else if (m <= 2) gemv_dense_kernel<kFp8, RPW, 2, U><<<grid, kGemvThreads, 0, s>>>(w, x, m, y);
-  else if (m <= 4) gemv_dense_kernel<kFp8, RPW, 4, U><<<grid, kGemvThreads, 0, s>>>(w, x, m, y);
-  else gemv_dense_kernel<kFp8, RPW, 8, U><<<grid, kGemvThreads, 0, s>>>(w, x, m, y);
+  constexpr int U = kFp8 ? 4 : 8;  // 16-byte chunks per lane per row: a whole 2048-wide row
+  // Split the width over KS warps when there are too few row groups to give every SM two
+  // blocks (kv_a_proj: 576 rows), keeping at least 32 chunks per slice.
+  const int64_t groups = (w.rows + RPW - 1) / RPW;
+  const int64_t nchunks = w.cols / (kFp8 ? 16 : 8);
+  int ks = 1;
+  while (ks < kGemvWarps && groups * ks / kGemvWarps < 2 * sm_count && nchunks / (2 * ks) >= 32) ks *= 2;
+  const int grid = blocks_for(groups * ks, kGemvWarps, sm_count, 32);
+  if (matmul_pdl()) gemv_dense_launch<kFp8, RPW, U, true>(w, x, m, y, ks, grid, s);
+  else gemv_dense_launch<kFp8, RPW, U, false>(w, x, m, y, ks, grid, s);
 }
 
 template <bool kFp8, int BN>
@@ -85,7 +112,7 @@ void gemm_dense_bn(const DenseGemmParams& p, int splits, cudaStream_t s) {
   (void)attr;  // a failure shows up as a launch error, which the caller checks
   const dim3 grid(static_cast<unsigned>((p.w.rows + mma::BM - 1) / mma::BM),
                   static_cast<unsigned>((p.m + BN - 1) / BN), static_cast<unsigned>(splits));
-  gemm_dense_kernel<kFp8, BN><<<grid, mma::THREADS, smem, s>>>(p);
+  launch_pdl(gemm_dense_kernel<kFp8, BN>, grid, dim3(mma::THREADS), smem, s, p);
 }
 
 template <bool kFp8>
@@ -100,12 +127,27 @@ void gemm_dense_typed(const DenseGemmParams& p, int bn, int splits, cudaStream_t
 
 }  // namespace
 
+bool matmul_pdl() { return g_matmul_pdl; }
+void set_matmul_pdl(bool on) { g_matmul_pdl = on; }
+
+namespace {
+int g_gemv_max_tokens = kGemvDefaultMaxTokens;
+int g_expert_gemv_max_tokens = kExpertGemvDefaultMaxTokens;
+}  // namespace
+int gemv_max_tokens() { return g_gemv_max_tokens; }
+int expert_gemv_max_tokens() { return g_expert_gemv_max_tokens; }
+void set_gemv_max_tokens(int linear_m, int experts_m) {
+  g_gemv_max_tokens = std::clamp(linear_m, 0, kGemvMaxTokens);
+  g_expert_gemv_max_tokens = std::clamp(experts_m, 0, kExpertGemvMaxTokens);
+}
+
 void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
                        __nv_bfloat16* y, int sm_count, cudaStream_t s) {
   // Two rows per warp doubles the loads in flight, but only pays when there are enough rows
   // to give every SM several warps.
-  const bool two_rows = w.rows >= int64_t(sm_count) * kGemvWarps * 2 * 2;
   const bool fp8 = w.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
+  // FP8 rows are half the bytes, so FP8 pairs rows from half as many rows on.
+  const bool two_rows = w.rows >= int64_t(sm_count) * kGemvWarps * 2 * (fp8 ? 1 : 2);
   if (fp8) {
     if (two_rows) gemv_dense_mt<true, 2>(w, x, m, y, sm_count, s);
     else gemv_dense_mt<true, 1>(w, x, m, y, sm_count, s);
@@ -118,7 +160,7 @@ void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, 
 void launch_gemv_scalar(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
                         __nv_bfloat16* y, int sm_count, cudaStream_t s) {
   const int grid = blocks_for(w.rows * m, kGemvWarps, sm_count, 32);
-  gemv_scalar_kernel<<<grid, kGemvThreads, 0, s>>>(w, x, m, y);
+  launch_pdl(gemv_scalar_kernel, dim3(grid), dim3(kGemvThreads), 0, s, w, x, m, y);
 }
 
 void launch_gemm_dense(const DenseGemmParams& p, int tile_tokens, int splits, cudaStream_t s) {
@@ -127,7 +169,7 @@ void launch_gemm_dense(const DenseGemmParams& p, int tile_tokens, int splits, cu
   if (splits > 1) {
     const int64_t n = int64_t(p.m) * p.w.rows;
     const int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
-    splitk_reduce_kernel<<<grid, 256, 0, s>>>(p.partial, splits, n, p.y);
+    launch_pdl(splitk_reduce_kernel, dim3(grid), dim3(256), 0, s, static_cast<const float*>(p.partial), splits, n, p.y);
   }
 }
 
@@ -138,7 +180,7 @@ void launch_fill_random(void* p, size_t bytes, uint64_t seed, bool fp8, cudaStre
 void launch_swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStream_t s) {
   const int64_t n = int64_t(m) * inter;
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 4096)));
-  swiglu_kernel<<<grid, 256, 0, s>>>(gu, m, inter, h);
+  launch_pdl(swiglu_kernel, dim3(grid), dim3(256), 0, s, gu, m, inter, h);
 }
 
 }  // namespace rs::kern

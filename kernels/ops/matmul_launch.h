@@ -11,8 +11,13 @@
 
 namespace rs::kern {
 
-constexpr int kGemvMaxTokens = 8;        // linear(): m above this goes to the tensor-core GEMM
-constexpr int kExpertGemvMaxTokens = 8;  // moe_experts(): likewise
+// Compiled maxima of the GEMV paths (token tiles of 1, 2, 4, 8). The runtime thresholds
+// default to 2 for both: measured on an H200 (docs/perf/matmul.md), GEMV wins at m <= 2 and
+// the tensor-core paths from m = 4 on.
+constexpr int kGemvMaxTokens = 8;
+constexpr int kExpertGemvMaxTokens = 8;
+constexpr int kGemvDefaultMaxTokens = 2;
+constexpr int kExpertGemvDefaultMaxTokens = 2;
 constexpr int kMaxExperts = 1024;        // routing bitmask / one group thread per expert
 constexpr int kMaxTopK = 16;
 
@@ -65,12 +70,22 @@ void launch_gemv_scalar(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x,
 constexpr int kGemmBM = 128, kGemmBK = 32;
 void launch_gemm_dense(const DenseGemmParams& p, int tile_tokens, int splits, cudaStream_t stream);
 
-void launch_expert_gemv(const ExpertGemvParams& p, bool fp8, cudaStream_t stream);
+void launch_expert_gemv(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t stream);
 void launch_expert_gemm(const ExpertGemmParams& p, bool fp8, cudaStream_t stream);
 
 // h[t, i] = silu(gu[t, i]) * gu[t, inter + i]: the shared experts' activation when they run as
 // linear() over concatenated [gate; up] weights.
 void launch_swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStream_t stream);
+
+// Programmatic dependent launch for every matmul kernel (default on). Off: plain stream order,
+// for A/B measurements.
+void set_matmul_pdl(bool on);
+
+// Largest m that takes the GEMV paths (default: the compiled maxima above); larger m takes the
+// tensor-core paths. For A/B measurements in `bench linear`.
+void set_gemv_max_tokens(int linear_m, int experts_m);
+int gemv_max_tokens();
+int expert_gemv_max_tokens();
 
 // Benchmarks and tests: fill `bytes` with random non-zero bf16 in +-[0.01, 1) or, for FP8,
 // e4m3 with exponents 0..10 (never NaN), from `seed`.

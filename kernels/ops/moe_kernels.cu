@@ -7,6 +7,7 @@
 #include "kernels/ops/expert_gemm.cuh"
 #include "kernels/ops/gemv_experts.cuh"
 #include "kernels/ops/matmul_launch.h"
+#include "kernels/ops/matmul_pdl.cuh"
 
 namespace rs::kern {
 namespace {
@@ -17,13 +18,15 @@ __global__ void __launch_bounds__(kGemvThreads, 1) expert_gemv_gate_up_kernel(Ex
   expert_gemv_gate_up_op<kFp8, RPW, MT, U>(p, sr);
 }
 
-template <bool kFp8, int RPW, int MT, int U>
+template <bool kFp8, int EPI, int MT, int U>
 __global__ void __launch_bounds__(kGemvThreads, 1) expert_gemv_down_kernel(ExpertGemvParams p) {
   __shared__ SmallRouting sr;
-  expert_gemv_down_op<kFp8, RPW, MT, U>(p, sr);
+  expert_gemv_down_op<kFp8, EPI, MT, U>(p, sr);
 }
 
 __global__ void __launch_bounds__(kMaxExperts) expert_group_kernel(ExpertGemmParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ GroupSmem s;
   expert_group_op(p, s);
 }
@@ -31,34 +34,49 @@ __global__ void __launch_bounds__(kMaxExperts) expert_group_kernel(ExpertGemmPar
 template <bool kFp8, int BN>
 __global__ void __launch_bounds__(mma::THREADS, 2) expert_gemm_gate_up_kernel(ExpertGemmParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
+  pdl_launch_dependents();
+  pdl_wait();  // tile table from the group kernel, x / h from upstream
   expert_gemm_gate_up_op<kFp8, BN>(p, smem);
 }
 
 template <bool kFp8, int BN>
 __global__ void __launch_bounds__(mma::THREADS, 2) expert_gemm_down_kernel(ExpertGemmParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
+  pdl_launch_dependents();
+  pdl_wait();  // tile table from the group kernel, x / h from upstream
   expert_gemm_down_op<kFp8, BN>(p, smem);
 }
 
-__global__ void expert_combine_kernel(ExpertGemmParams p) { expert_combine_op(p); }
+__global__ void expert_combine_kernel(ExpertGemmParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
+  expert_combine_op(p);
+}
 
 template <bool kFp8, int MT>
-void expert_gemv_mt(const ExpertGemvParams& p, cudaStream_t s) {
+void expert_gemv_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   constexpr int U = kFp8 ? 4 : 8;
   constexpr int RPW = 1;
+  // Down: EPI experts' rows per warp at once; U' covers one expert row of width inter in a
+  // single pass for V2-Lite (1408 = 176 bf16 chunks <= 32*6, 88 FP8 chunks <= 32*3).
+  constexpr int EPI = 3, UD = kFp8 ? 3 : 6;
   const int max_active = std::min(p.experts.num_experts, p.m * p.top_k);
-  const dim3 g1((p.experts.inter + kGemvWarps * RPW - 1) / (kGemvWarps * RPW), max_active);
-  expert_gemv_gate_up_kernel<kFp8, RPW, MT, U><<<g1, kGemvThreads, 0, s>>>(p);
-  const dim3 g2((p.experts.hidden + kGemvWarps * RPW - 1) / (kGemvWarps * RPW));
-  expert_gemv_down_kernel<kFp8, RPW, MT, U><<<g2, kGemvThreads, 0, s>>>(p);
+  // Gate/up: about two resident blocks per SM over all active experts (register-bound), each
+  // looping over row groups; more blocks would only repeat the routing prologue in later waves.
+  const int row_groups = (p.experts.inter + kGemvWarps * RPW - 1) / (kGemvWarps * RPW);
+  const int per_expert = std::max(1, std::min(row_groups, (2 * sm_count + max_active - 1) / max_active));
+  const dim3 g1(per_expert, max_active);
+  launch_pdl(expert_gemv_gate_up_kernel<kFp8, RPW, MT, U>, g1, dim3(kGemvThreads), 0, s, p);
+  const dim3 g2((p.experts.hidden + kGemvWarps - 1) / kGemvWarps);
+  launch_pdl(expert_gemv_down_kernel<kFp8, EPI, MT, UD>, g2, dim3(kGemvThreads), 0, s, p);
 }
 
 template <bool kFp8>
-void expert_gemv_typed(const ExpertGemvParams& p, cudaStream_t s) {
-  if (p.m <= 1) expert_gemv_mt<kFp8, 1>(p, s);
-  else if (p.m <= 2) expert_gemv_mt<kFp8, 2>(p, s);
-  else if (p.m <= 4) expert_gemv_mt<kFp8, 4>(p, s);
-  else expert_gemv_mt<kFp8, 8>(p, s);
+void expert_gemv_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
+  if (p.m <= 1) expert_gemv_mt<kFp8, 1>(p, sm_count, s);
+  else if (p.m <= 2) expert_gemv_mt<kFp8, 2>(p, sm_count, s);
+  else if (p.m <= 4) expert_gemv_mt<kFp8, 4>(p, sm_count, s);
+  else expert_gemv_mt<kFp8, 8>(p, sm_count, s);
 }
 
 template <bool kFp8, int BN>
@@ -71,9 +89,9 @@ void expert_gemm_bn(const ExpertGemmParams& p, cudaStream_t s) {
   (void)a1;
   (void)a2;
   const dim3 g1((p.experts.inter + mma::BM / 2 - 1) / (mma::BM / 2), p.max_tiles);
-  expert_gemm_gate_up_kernel<kFp8, BN><<<g1, mma::THREADS, smem, s>>>(p);
+  launch_pdl(expert_gemm_gate_up_kernel<kFp8, BN>, g1, dim3(mma::THREADS), smem, s, p);
   const dim3 g2((p.experts.hidden + mma::BM - 1) / mma::BM, p.max_tiles);
-  expert_gemm_down_kernel<kFp8, BN><<<g2, mma::THREADS, smem, s>>>(p);
+  launch_pdl(expert_gemm_down_kernel<kFp8, BN>, g2, dim3(mma::THREADS), smem, s, p);
 }
 
 template <bool kFp8>
@@ -88,16 +106,16 @@ void expert_gemm_typed(const ExpertGemmParams& p, cudaStream_t s) {
 
 }  // namespace
 
-void launch_expert_gemv(const ExpertGemvParams& p, bool fp8, cudaStream_t s) {
-  if (fp8) expert_gemv_typed<true>(p, s);
-  else expert_gemv_typed<false>(p, s);
+void launch_expert_gemv(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t s) {
+  if (fp8) expert_gemv_typed<true>(p, sm_count, s);
+  else expert_gemv_typed<false>(p, sm_count, s);
 }
 
 void launch_expert_gemm(const ExpertGemmParams& p, bool fp8, cudaStream_t s) {
-  expert_group_kernel<<<1, kMaxExperts, 0, s>>>(p);
+  launch_pdl(expert_group_kernel, dim3(1), dim3(kMaxExperts), 0, s, p);
   if (fp8) expert_gemm_typed<true>(p, s);
   else expert_gemm_typed<false>(p, s);
-  expert_combine_kernel<<<p.m, 256, 0, s>>>(p);
+  launch_pdl(expert_combine_kernel, dim3(p.m), dim3(256), 0, s, p);
 }
 
 }  // namespace rs::kern

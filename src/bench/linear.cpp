@@ -238,14 +238,37 @@ void run(bool quick, const std::string& json_path) {
                           {"shared_gate_up", 5632, 2048}, {"shared_down", 2048, 2816},
                           {"dense_gate_up", 21888, 2048}, {"dense_down", 2048, 10944},
                           {"lm_head", 102400, 2048}};
+  // Plain stream order first (what a chain of kernels without PDL gets), then with PDL, where
+  // each call's weight loads overlap the previous call's tail.
+  kern::set_matmul_pdl(false);
+  for (const auto& sh : decode) rows.push_back(bench_dense(std::string(sh.name) + "/nopdl", B, sh.rows, sh.cols, 1, reps, s));
+  rows.push_back(bench_moe("moe_experts/nopdl", B, 1, reps, s));
+  kern::set_matmul_pdl(true);
   for (WeightType t : {B, F})
     for (const auto& sh : decode) rows.push_back(bench_dense(sh.name, t, sh.rows, sh.cols, 1, reps, s));
   rows.push_back(bench_moe("moe_experts", B, 1, reps, s));
   rows.push_back(bench_moe("moe_experts", F, 1, reps, s));
-  rows.push_back(bench_dense("o_proj", B, 2048, 2048, 8, reps, s));
-  rows.push_back(bench_dense("o_proj", B, 2048, 2048, 64, reps, s));
+  // GEMV against the tensor-core path for a few tokens: where the dispatch threshold belongs.
+  const int def_lin = kern::gemv_max_tokens(), def_exp = kern::expert_gemv_max_tokens();
+  for (int m : {1, 2, 4, 8}) {
+    for (int path = 0; path < 2; ++path) {
+      kern::set_gemv_max_tokens(path == 0 ? 8 : 0, path == 0 ? 8 : 0);
+      const std::string suffix = path == 0 ? "/gemv" : "/mma";
+      if (m > 1) {
+        rows.push_back(bench_dense("o_proj" + suffix, B, 2048, 2048, m, reps, s));
+        rows.push_back(bench_dense("dense_gate_up" + suffix, B, 21888, 2048, m, reps, s));
+      }
+      rows.push_back(bench_moe("moe_experts" + suffix, B, m, reps, s));
+      if (m == 1) rows.push_back(bench_moe("moe_experts" + suffix, F, m, reps, s));
+    }
+  }
+  kern::set_gemv_max_tokens(def_lin, def_exp);
+  for (int m : {16, 64}) {
+    rows.push_back(bench_dense("o_proj", B, 2048, 2048, m, reps, s));
+    rows.push_back(bench_dense("dense_gate_up", B, 21888, 2048, m, reps, s));
+  }
   rows.push_back(bench_dense("q_proj", B, 3072, 2048, 64, reps, s));
-  rows.push_back(bench_moe("moe_experts", B, 8, reps, s));
+  rows.push_back(bench_moe("moe_experts", B, 16, reps, s));
   rows.push_back(bench_moe("moe_experts", B, 64, reps, s));
   rows.push_back(bench_moe("moe_experts", F, 64, reps, s));
   // Prefill (8K tokens): compute bound.
@@ -259,29 +282,26 @@ void run(bool quick, const std::string& json_path) {
   nlohmann::json js;
   js["gpu"] = prop.name;
   js["copy_GBps"] = copy_bw / 1e9;
-  std::printf("%-16s %-5s %5s %-22s %10s %9s %8s %7s %8s\n", "op", "type", "m", "shape", "MB", "us", "GB/s",
+  std::printf("%-20s %-5s %5s %-22s %10s %9s %8s %7s %8s\n", "op", "type", "m", "shape", "MB", "us", "GB/s",
               "%copy", "TFLOP/s");
   for (const auto& r : rows) {
     const double gbps = r.bytes / r.seconds / 1e9;
     const double pct = 100.0 * r.bytes / r.seconds / copy_bw;
     const double tf = r.flops / r.seconds / 1e12;
-    std::printf("%-16s %-5s %5d %-22s %10.1f %9.1f %8.0f %6.1f%% %8.1f\n", r.name.c_str(), r.type.c_str(), r.m,
+    std::printf("%-20s %-5s %5d %-22s %10.1f %9.1f %8.0f %6.1f%% %8.1f\n", r.name.c_str(), r.type.c_str(), r.m,
                 r.shape.c_str(), r.bytes / 1e6, r.seconds * 1e6, gbps, pct, tf);
     js["rows"].push_back({{"op", r.name}, {"type", r.type}, {"m", r.m}, {"shape", r.shape}, {"bytes", r.bytes},
                           {"us", r.seconds * 1e6}, {"GBps", gbps}, {"pct_copy", pct}, {"TFLOPs", tf}});
   }
   // Matmul-only time of one V2-Lite decode token (m = 1): 27 layers of attention projections,
   // 26 MoE layers (routed top-6 + shared), 1 dense MLP layer, lm_head (bf16 in both runs).
-  for (const char* ty : {"bf16", "fp8"}) {
-    auto t_of = [&](const std::string& n, const std::string& type, int m) {
-      for (const auto& r : rows)
-        if (r.name == n && r.type == type && r.m == m) return r.seconds;
-      return 0.0;
-    };
+  for (const std::string variant : {"bf16/nopdl", "bf16", "fp8"}) {
+    const std::string ty = variant.substr(0, variant.find('/'));
+    const std::string suffix = variant.find('/') == std::string::npos ? "" : variant.substr(variant.find('/'));
     double sec = 0, bytes = 0;
     auto add = [&](const std::string& n, const std::string& type, double count) {
       for (const auto& r : rows)
-        if (r.name == n && r.type == type && r.m == 1) { sec += count * r.seconds; bytes += count * r.bytes; }
+        if (r.name == n + suffix && r.type == type && r.m == 1) { sec += count * r.seconds; bytes += count * r.bytes; }
     };
     for (const char* n : {"q_proj", "kv_a_proj", "kv_b_proj", "o_proj"}) add(n, ty, 27);
     add("shared_gate_up", ty, 26);
@@ -290,11 +310,10 @@ void run(bool quick, const std::string& json_path) {
     add("dense_gate_up", ty, 1);
     add("dense_down", ty, 1);
     add("lm_head", "bf16", 1);
-    (void)t_of;
-    std::printf("V2-Lite decode, matmuls only, %s: %.3f ms/token (%.0f tok/s), %.2f GB, %.1f%% of copy bandwidth\n", ty,
-                sec * 1e3, 1.0 / sec, bytes / 1e9, 100.0 * bytes / sec / copy_bw);
-    js["decode_estimate"][ty] = {{"ms", sec * 1e3}, {"tok_s", 1.0 / sec}, {"GB", bytes / 1e9},
-                                 {"pct_copy", 100.0 * bytes / sec / copy_bw}};
+    std::printf("V2-Lite decode, matmuls only, %s: %.3f ms/token (%.0f tok/s), %.2f GB, %.1f%% of copy bandwidth\n",
+                variant.c_str(), sec * 1e3, 1.0 / sec, bytes / 1e9, 100.0 * bytes / sec / copy_bw);
+    js["decode_estimate"][variant] = {{"ms", sec * 1e3}, {"tok_s", 1.0 / sec}, {"GB", bytes / 1e9},
+                                      {"pct_copy", 100.0 * bytes / sec / copy_bw}};
   }
   if (!json_path.empty()) std::ofstream(json_path) << js.dump(2) << "\n";
   cudaStreamDestroy(s);

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/linear.h"
 #include "common/error.h"
+#include "kernels/ops/matmul_launch.h"
 #include "tests/gpu/linear_test_util.h"
 
 using namespace rs::test;
@@ -133,6 +134,7 @@ TEST_CASE("linear bf16 matches the fp64 reference on every path") {
       {WeightType::BF16, 2048, 2048, 16}, {WeightType::BF16, 333, 1408, 40},  // split-K GEMM
       {WeightType::BF16, 517, 264, 200},  {WeightType::BF16, 4096, 512, 130},
       {WeightType::BF16, 130, 2048, 9},   {WeightType::BF16, 2048, 1024, 300},
+      {WeightType::BF16, 96, 4096, 2},    {WeightType::BF16, 100, 1000, 1},   // width split over 8 / 2 warps
   };
   uint64_t seed = 1;
   for (const auto& c : cases) check_linear(c, seed++);
@@ -145,9 +147,49 @@ TEST_CASE("linear fp8 block-scaled matches the fp64 reference, partial blocks in
       {WeightType::FP8_E4M3_BLOCK, 9000, 512, 8},  {WeightType::FP8_E4M3_BLOCK, 70, 200, 4},  // scalar
       {WeightType::FP8_E4M3_BLOCK, 700, 1008, 50}, {WeightType::FP8_E4M3_BLOCK, 256, 2048, 300},
       {WeightType::FP8_E4M3_BLOCK, 1408, 2048, 17}, {WeightType::FP8_E4M3_BLOCK, 200, 1408, 100},
+      {WeightType::FP8_E4M3_BLOCK, 300, 2048, 1},  {WeightType::FP8_E4M3_BLOCK, 5000, 1024, 2},
   };
   uint64_t seed = 100;
   for (const auto& c : cases) check_linear(c, seed++);
+}
+
+// y2 = W2 (W1 x) back to back on one stream: the second call reads what the first wrote, which
+// is exactly what programmatic dependent launch must order (pdl_wait before reading x).
+TEST_CASE("chained linear calls see their predecessor's output") {
+  if (skip_without_gpu("linear chain")) return;
+  for (int m : {1, 40}) {
+    Rng rng(900 + m);
+    TestMatrix w1(WeightType::BF16, 1024, 2048, rng), w2(WeightType::FP8_E4M3_BLOCK, 3000, 1024, rng);
+    auto xh = rng.bf16(size_t(m) * 2048);
+    DeviceBuf<uint16_t> x(xh), y1(size_t(m) * 1024), y2(size_t(m) * 3000);
+    const size_t wsb = rs::cuda::linear_workspace_bytes(m, 3000, 2048);
+    DeviceBuf<uint8_t> ws(wsb);
+    y1.poison();
+    y2.poison();
+    cudaStream_t s;
+    cuda_ok(cudaStreamCreate(&s), "stream");
+    for (int rep = 0; rep < 3; ++rep) {
+      rs::cuda::linear(w1.dm, reinterpret_cast<const __nv_bfloat16*>(x.ptr), m, reinterpret_cast<__nv_bfloat16*>(y1.ptr), {ws.ptr, wsb}, s);
+      rs::cuda::linear(w2.dm, reinterpret_cast<const __nv_bfloat16*>(y1.ptr), m, reinterpret_cast<__nv_bfloat16*>(y2.ptr), {ws.ptr, wsb}, s);
+    }
+    cuda_ok(cudaStreamSynchronize(s), "chain");
+    cudaStreamDestroy(s);
+    // Reference from the GPU's own (bf16) intermediate, so only the second product is compared.
+    const auto y1h = y1.download();
+    const auto y1d = to_double(y1h);
+    std::vector<double> ref(size_t(m) * 3000);
+    for (int t = 0; t < m; ++t)
+      for (int64_t r = 0; r < 3000; ++r) ref[size_t(t) * 3000 + r] = w2.dot(r, y1d, int64_t(t) * 1024);
+    const auto st = relative_error(y2.download(), ref);
+    INFO("chain m=" << m << " rel=" << st.rel << " nan=" << st.nan);
+    CHECK(st.nan == 0);
+    CHECK(st.rel <= kTolerance);
+    std::vector<double> ref1(size_t(m) * 1024);
+    const auto xd = to_double(xh);
+    for (int t = 0; t < m; ++t)
+      for (int64_t r = 0; r < 1024; ++r) ref1[size_t(t) * 1024 + r] = w1.dot(r, xd, int64_t(t) * 2048);
+    CHECK(relative_error(y1h, ref1).rel <= kTolerance);
+  }
 }
 
 TEST_CASE("swiglu matches the reference") {
@@ -325,6 +367,20 @@ TEST_CASE("moe_experts fp8 matches the fp64 reference (GEMV and grouped GEMM pat
   if (skip_without_gpu("moe fp8")) return;
   uint64_t seed = 600;
   for (int m : {1, 5, 8, 12, 100, 260}) check_moe(WeightType::FP8_E4M3_BLOCK, m, seed++, false);
+}
+
+// The GEMV paths are compiled for up to 8 tokens but dispatched only up to a (tunable)
+// threshold; cover their 4- and 8-token tiles too.
+TEST_CASE("GEMV paths with 3 to 8 tokens match the reference") {
+  if (skip_without_gpu("gemv 3-8 tokens")) return;
+  const int lin = rs::kern::gemv_max_tokens(), exp = rs::kern::expert_gemv_max_tokens();
+  rs::kern::set_gemv_max_tokens(rs::kern::kGemvMaxTokens, rs::kern::kExpertGemvMaxTokens);
+  check_linear({WeightType::BF16, 700, 2048, 3}, 801);
+  check_linear({WeightType::BF16, 9000, 256, 8}, 802);
+  check_linear({WeightType::FP8_E4M3_BLOCK, 700, 1008, 5}, 803);
+  for (int m : {3, 8}) check_moe(WeightType::BF16, m, 810 + m, false);
+  check_moe(WeightType::FP8_E4M3_BLOCK, 6, 820, false);
+  rs::kern::set_gemv_max_tokens(lin, exp);
 }
 
 TEST_CASE("moe_experts replays from a CUDA graph with changing routing") {

@@ -122,11 +122,12 @@ void check_experts(const MoeExperts& e, int top_k) {
 
 size_t linear_workspace_bytes(int m_max, int64_t max_rows, int64_t max_cols) {
   (void)max_cols;
-  // Split-K runs only when the row x token tiles number fewer than the SMs, which bounds the
-  // partials by kMaxSplits x SMs x one 128 x 128 tile.
-  const int64_t per_split = std::min<int64_t>(int64_t(std::max(m_max, 0)) * max_rows,
-                                              int64_t(sm_count()) * kGemmBM * 128);
-  return align_up(size_t(kMaxSplits) * per_split * sizeof(float));
+  // Split-K runs only while the row x token tiles number fewer than 2 x SMs, with splits x tiles
+  // <= 4 x SMs, which bounds the fp32 partials by 4 x SMs x one 128 x 128 tile (~35 MB on an
+  // H200), and never by more than kMaxSplits x m x rows.
+  const int64_t bound = std::min<int64_t>(int64_t(kMaxSplits) * std::max(m_max, 0) * max_rows,
+                                          int64_t(4) * sm_count() * kGemmBM * 128);
+  return align_up(size_t(bound) * sizeof(float));
 }
 
 void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16* y,
@@ -141,7 +142,7 @@ void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16*
     check_launch("linear (scalar path)");
     return;
   }
-  if (m <= kern::kGemvMaxTokens) {
+  if (m <= kern::gemv_max_tokens()) {
     kern::launch_gemv_dense(w, x, m, y, sms, stream);
     check_launch("linear (gemv)");
     return;
@@ -150,8 +151,9 @@ void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16*
   const int64_t tiles = ((w.rows + kGemmBM - 1) / kGemmBM) * ((m + bn - 1) / bn);
   const int64_t k_tiles = (w.cols + kGemmBK - 1) / kGemmBK;
   int64_t splits = 1;
-  if (tiles < sms) {
-    // Enough splits for about two blocks per SM, each keeping at least 4 k-tiles.
+  if (tiles < 2 * sms) {
+    // Weight streaming: one block keeps only 3 stages (24 KB) in flight, so give every SM at
+    // least two blocks, each keeping at least 4 k-tiles.
     splits = std::min<int64_t>({kMaxSplits, (2 * sms + tiles - 1) / tiles, std::max<int64_t>(1, k_tiles / 4)});
     const int64_t partial_bytes = int64_t(m) * w.rows * int64_t(sizeof(float));
     if (!ws.ptr) splits = 1;
@@ -182,8 +184,9 @@ size_t moe_workspace_bytes(int m_max, int top_k, const MoeExperts& experts) {
   check_experts(experts, top_k);
   const int m_small = std::min(std::max(m_max, 0), kern::kExpertGemvMaxTokens);
   size_t bytes = expert_gemv_bytes(m_small, top_k, experts.num_experts, experts.inter);
-  if (m_max > kern::kExpertGemvMaxTokens) {
-    // The smallest tile has the most tiles: size for it so every m <= m_max fits.
+  // Any m may take the grouped path (the GEMV limit is tunable); the smallest tile has the
+  // most tiles, so size for it and every m <= m_max fits.
+  if (m_max > 0) {
     const ExpertGemmLayout l(m_max, top_k, experts.num_experts, experts.hidden, experts.inter, 16);
     bytes = std::max(bytes, l.bytes);
   }
@@ -201,7 +204,7 @@ void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int t
   if (!aligned16(x) || !aligned16(out) || !aligned16(ws.ptr))
     throw Error("moe_experts: x, out and the workspace must be 16-byte aligned");
   const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
-  if (m <= kern::kExpertGemvMaxTokens) {
+  if (m <= kern::expert_gemv_max_tokens()) {
     const size_t need = expert_gemv_bytes(m, top_k, experts.num_experts, experts.inter);
     if (ws.bytes < need)
       throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
@@ -215,12 +218,15 @@ void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int t
     p.topk_weights = topk_weights;
     p.h = static_cast<__nv_bfloat16*>(ws.ptr);
     p.out = out;
-    kern::launch_expert_gemv(p, fp8, stream);
+    kern::launch_expert_gemv(p, fp8, sm_count(), stream);
     check_launch("moe_experts (gemv)");
     return;
   }
   const int bn = tile_tokens_for((int64_t(m) * top_k + experts.num_experts - 1) / experts.num_experts);
   const ExpertGemmLayout l(m, top_k, experts.num_experts, experts.hidden, experts.inter, bn);
+  if (l.max_tiles > 65535)
+    throw Error("moe_experts: m=" + std::to_string(m) + " needs " + std::to_string(l.max_tiles) +
+                " token tiles, above the grid limit of 65535; split the batch");
   if (ws.bytes < l.bytes)
     throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
                 std::to_string(l.bytes) + " needed for m=" + std::to_string(m));
