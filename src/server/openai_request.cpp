@@ -254,6 +254,24 @@ json normalize_messages(const json& msgs) {
   return out;
 }
 
+// Deepest nesting of arrays/objects, computed without recursion (the body is untrusted).
+size_t nesting_depth(const json& root) {
+  size_t deepest = 0;
+  std::vector<std::pair<const json*, size_t>> todo = {{&root, 0}};
+  while (!todo.empty()) {
+    auto [j, d] = todo.back();
+    todo.pop_back();
+    if (!j->is_structured()) continue;
+    deepest = std::max(deepest, d + 1);
+    for (const json& child : *j) todo.push_back({&child, d + 1});
+  }
+  return deepest;
+}
+
+// Copying, dumping and template rendering all recurse over the JSON tree; a body nested a
+// million levels deep would overflow the stack of whatever thread touched it first.
+constexpr size_t kMaxJsonDepth = 64;
+
 }  // namespace
 
 json parse_json_body(const std::string& body) {
@@ -270,6 +288,8 @@ json parse_json_body(const std::string& body) {
   }
   if (!j.is_object())
     throw ApiError(400, std::string("request body must be a JSON object, got ") + type_name(j));
+  if (nesting_depth(j) > kMaxJsonDepth)
+    throw ApiError(400, "request body nests arrays/objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   return j;
 }
 

@@ -241,6 +241,12 @@ TEST_CASE("every client error gets its status and OpenAI error object; the serve
                400, "messages[0].role");
   expect_error(c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})",
                       "application/json"), 400, "top_logprobs");
+  // Nesting deep enough to overflow any recursive walk (copy, dump, template) is refused up front.
+  {
+    std::string deep = R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"a":)";
+    deep += std::string(1000, '[') + std::string(1000, ']') + "}}";
+    expect_error(c.Post("/v1/chat/completions", deep, "application/json"), 400);
+  }
   // Longer than the context (512): the message says the numbers.
   std::string long_prompt(600, 'a');
   auto r = c.Post("/v1/completions", json{{"prompt", long_prompt}}.dump(), "application/json");

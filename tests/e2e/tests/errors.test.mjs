@@ -35,6 +35,10 @@ test('400: malformed JSON, invalid UTF-8, non-object bodies', async () => {
   const e = assertErrorObject(await postRaw('/v1/completions', bad), 400);
   assert.match(e.message, /UTF-8/);
   assertErrorObject(await postRaw('/v1/completions', '"just a string"'), 400);
+  // A million levels of nesting would overflow any recursive walk of the tree: refused up front.
+  const deep = '{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"a":' + '['.repeat(1e6) + ']'.repeat(1e6) + '}}';
+  assertErrorObject(await postRaw('/v1/chat/completions', deep), 400);
+  assert.equal((await fetch(`${URL}/health`)).status, 200);
 });
 
 test('400: each parameter is type- and range-checked and named', async () => {
