@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rs::test {
