@@ -10,7 +10,10 @@ if [ ! -d node_modules/openai ]; then npm install --silent --no-audit --no-fund;
 log=$(mktemp)
 # The shared server: small context so the "too long" case is cheap; keep-alive comments often
 # enough to be observable in a test.
-"$bin" serve --port 0 --max-model-len 1024 --max-num-seqs 64 --sse-keepalive 0.05 2>"$log" &
+# The CPU reference by default: deterministic and batch-invariant, which the "identical to one
+# at a time" checks rely on. RACKSERVE_E2E_DEVICE=auto|cuda runs the same tests on a GPU.
+export RACKSERVE_E2E_DEVICE=${RACKSERVE_E2E_DEVICE:-cpu}
+"$bin" serve --port 0 --device "$RACKSERVE_E2E_DEVICE" --max-model-len 1024 --max-num-seqs 64 --sse-keepalive 0.05 2>"$log" &
 pid=$!
 cleanup() {
   if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi

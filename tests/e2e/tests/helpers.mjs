@@ -51,7 +51,8 @@ export async function waitFor(pred, { timeoutMs = 20_000, stepMs = 50, what = 'c
 
 // Starts another server (own flags) on a free port; resolves once /health is 200.
 export async function startServer(args = []) {
-  const proc = spawn(BIN, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const device = process.env.RACKSERVE_E2E_DEVICE ?? 'cpu';
+  const proc = spawn(BIN, ['serve', '--port', '0', '--device', device, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
   const url = await new Promise((resolve, reject) => {
