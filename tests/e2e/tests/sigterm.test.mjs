@@ -54,3 +54,20 @@ test('SIGTERM past --shutdown-timeout cancels what still runs, ends its stream, 
   assert.equal(code, 0, s.log());
   assert.ok(Date.now() - t0 < 15_000, 'the drain did not respect --shutdown-timeout');
 });
+
+test('SIGTERM while the model is still loading exits 0', async () => {
+  const { spawn } = await import('node:child_process');
+  const proc = spawn(process.env.RACKSERVE_BIN, ['serve', '--port', '0', '--device', process.env.RACKSERVE_E2E_DEVICE ?? 'cpu'],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  await new Promise((resolve) => proc.stderr.on('data', (d) => { log += d; if (log.includes('listening on')) resolve(); }));
+  // The listener is up before the weights: /health says 503 now, and a signal must still end cleanly.
+  const url = log.match(/listening on (http:\/\/[0-9.:]+)/)[1];
+  const health = await fetch(`${url}/health`);
+  if (!log.includes('ready in')) assert.equal(health.status, 503);
+  proc.kill('SIGTERM');
+  const { code, signal } = await exited;
+  assert.equal(signal, null);
+  assert.equal(code, 0, log);
+});
