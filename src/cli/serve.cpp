@@ -182,9 +182,10 @@ int run_serve(ServeOptions o) {
   if (!o.kv_cache_memory.empty()) o.engine.kv_budget_bytes = parse_bytes(o.kv_cache_memory);
   o.http.sse_keepalive = std::chrono::milliseconds(int64_t(o.sse_keepalive_s * 1000));
   // Each running or waiting request holds an HTTP worker (its response waits on the engine), so
-  // by default the pool covers max_num_seqs plus room for queued requests and quick calls; a
-  // connection beyond the pool waits in httplib's queue before it is even read.
-  if (o.http.http_threads <= 0) o.http.http_threads = std::min(1024, o.engine.max_num_seqs + 64);
+  // by default the pool covers max_num_seqs + max_queued_requests plus room for quick calls:
+  // otherwise excess clients would wait unread in httplib's queue and never see the 429.
+  if (o.http.http_threads <= 0)
+    o.http.http_threads = int(std::min<int64_t>(2048, int64_t(o.engine.max_num_seqs) + o.engine.max_queued_requests + 64));
 
   const std::string metrics_name =
       !o.served_names.empty() ? o.served_names[0] : o.model.empty() ? "deepseek-v3-tiny-random" : o.model;
@@ -278,7 +279,7 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU backend threads (0: all cores)");
   cmd->add_option("--max-logprobs", o->max_logprobs, "largest logprobs/top_logprobs a request may ask")->capture_default_str();
   cmd->add_option("--max-request-body", o->http.max_body_bytes, "request body limit in bytes (413 above)")->capture_default_str();
-  cmd->add_option("--http-threads", o->http.http_threads, "connections served at once (0: max-num-seqs + 64)");
+  cmd->add_option("--http-threads", o->http.http_threads, "connections served at once (0: max-num-seqs + max-queued-requests + 64, at most 2048)");
   cmd->add_option("--chat-template", o->chat_template, "chat template override: a Jinja file, or the template text");
   cmd->add_option("--sse-keepalive", o->sse_keepalive_s, "seconds between ': keep-alive' comments while a stream waits")
       ->capture_default_str();
