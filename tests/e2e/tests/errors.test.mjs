@@ -109,13 +109,19 @@ test('429: the waiting queue is full', async (t) => {
   const long = JSON.stringify({ model: MODEL, prompt: 'occupy', max_tokens: 400, ignore_eos: true, stream: true });
   const ac = new AbortController();
   const post = () => fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: long, signal: ac.signal });
+  // Streams being held must be read: an unread fetch body can be garbage-collected and its
+  // connection closed, which (correctly) cancels the request and empties the queue.
+  const readers = [];
+  const keepReading = (res) => readers.push(res.body.pipeTo(new WritableStream()).catch(() => {}));
   try {
     const a = await post();  // A runs (streams answer 200 at once)
     assert.equal(a.status, 200);
+    keepReading(a);
     await waitFor(async () => metric(await metricsText(s.url), 'rackserve:num_requests_running') === 1, { what: 'A to run' });
     // B and C race for the one queue slot: the second is refused with 429 and an error object.
     const [b, c2] = await Promise.all([post(), post()]);
     const refused = [b, c2].filter((r) => r.status === 429);
+    for (const r of [b, c2]) if (r.status === 200) keepReading(r);
     assert.deepEqual([b.status, c2.status].sort(), [200, 429]);
     const e = (await refused[0].json()).error;
     assert.equal(e.code, 429);
@@ -124,5 +130,6 @@ test('429: the waiting queue is full', async (t) => {
     await assertApiError(client(s.url).completions.create({ model: MODEL, prompt: 'x', max_tokens: 1 }), 429);
   } finally {
     ac.abort();
+    await Promise.all(readers);
   }
 });
