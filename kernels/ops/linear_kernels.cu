@@ -5,6 +5,7 @@
 
 #include "kernels/ops/gemm.cuh"
 #include "kernels/ops/gemv.cuh"
+#include "kernels/ops/gemv_tc.cuh"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/swiglu.cuh"
@@ -23,6 +24,14 @@ __global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<RPW, MT>()) gemv
                                                                   __nv_bfloat16* y, int ks) {
   __shared__ float red[kGemvWarps * RPW * MT];
   gemv_dense_op<kFp8, RPW, MT, U, kPdl>(w, x, m, y, ks, red);
+}
+
+template <bool kFp8, int U, bool kPdl>
+__global__ void __launch_bounds__(kTcGemvThreads, 2) gemv_tc_kernel(rs::cuda::DeviceMatrix w,
+                                                                  const __nv_bfloat16* x, int m,
+                                                                  __nv_bfloat16* y) {
+  __shared__ float red[kTcGemvWarps * 32 * 4];
+  gemv_tc_op<kFp8, U, kPdl>(w, x, m, y, red);
 }
 
 __global__ void __launch_bounds__(kGemvThreads) gemv_scalar_kernel(rs::cuda::DeviceMatrix w,
@@ -132,6 +141,7 @@ void set_matmul_pdl(bool on) { g_matmul_pdl = on; }
 
 namespace {
 int g_gemv_max_tokens = kGemvDefaultMaxTokens;
+bool g_gemv_tc = true;
 int g_expert_gemv_max_tokens = kExpertGemvDefaultMaxTokens;
 }  // namespace
 int gemv_max_tokens() { return g_gemv_max_tokens; }
@@ -154,6 +164,28 @@ void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, 
   } else {
     if (two_rows) gemv_dense_mt<false, 2>(w, x, m, y, sm_count, s);
     else gemv_dense_mt<false, 1>(w, x, m, y, sm_count, s);
+  }
+}
+
+bool gemv_tc_ok(const rs::cuda::DeviceMatrix& w) {
+  if (!g_gemv_tc) return false;
+  if (w.type == rs::cuda::WeightType::BF16) return true;
+  return w.block_rows % 16 == 0 && w.block_cols % 64 == 0;
+}
+void set_gemv_tc(bool on) { g_gemv_tc = on; }
+
+void launch_gemv_tc(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
+                    __nv_bfloat16* y, int sm_count, cudaStream_t s) {
+  // Two resident blocks per SM (launch bounds), each looping over 16-row tiles.
+  const int64_t tiles = (w.rows + 15) / 16;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(sm_count) * 2))), b(kTcGemvThreads);
+  const bool fp8 = w.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
+  if (fp8) {
+    if (matmul_pdl()) launch_pdl(gemv_tc_kernel<true, 4, true>, grid, b, 0, s, w, x, m, y);
+    else launch_pdl(gemv_tc_kernel<true, 4, false>, grid, b, 0, s, w, x, m, y);
+  } else {
+    if (matmul_pdl()) launch_pdl(gemv_tc_kernel<false, 8, true>, grid, b, 0, s, w, x, m, y);
+    else launch_pdl(gemv_tc_kernel<false, 8, false>, grid, b, 0, s, w, x, m, y);
   }
 }
 

@@ -11,12 +11,13 @@
 
 namespace rs::kern {
 
-// Compiled maxima of the GEMV paths (token tiles of 1, 2, 4, 8). The runtime thresholds
-// default to 2 for both: measured on an H200 (docs/perf/matmul.md), GEMV wins at m <= 2 and
-// the tensor-core paths from m = 4 on.
+// Compiled maxima of the GEMV paths (token tiles of 1, 2, 4, 8 / the tensor-core GEMV's 8
+// MMA columns). Runtime thresholds, measured on an H200 (docs/perf/matmul.md): linear() uses a
+// GEMV up to 8 tokens (the tensor-core GEMV beats the GEMM tile at m = 2, 4, 8); moe_experts()
+// uses its GEMV path up to 2 tokens and the grouped GEMM from 4 on.
 constexpr int kGemvMaxTokens = 8;
 constexpr int kExpertGemvMaxTokens = 8;
-constexpr int kGemvDefaultMaxTokens = 2;
+constexpr int kGemvDefaultMaxTokens = 8;
 constexpr int kExpertGemvDefaultMaxTokens = 2;
 constexpr int kMaxExperts = 1024;        // routing bitmask / one group thread per expert
 constexpr int kMaxTopK = 16;
@@ -63,6 +64,12 @@ struct ExpertGemmParams {
 // Dense, m <= kGemvMaxTokens, vector path (cols % chunk == 0, 16-byte aligned rows).
 void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
                        __nv_bfloat16* y, int sm_count, cudaStream_t stream);
+// Dense, m <= 8, tensor-core GEMV (gemv_tc.cuh): the default where gemv_tc_ok(w) (bf16, or
+// FP8 with block_rows % 16 == 0 and block_cols % 64 == 0) on the vector path.
+bool gemv_tc_ok(const rs::cuda::DeviceMatrix& w);
+void launch_gemv_tc(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
+                    __nv_bfloat16* y, int sm_count, cudaStream_t stream);
+void set_gemv_tc(bool on);  // off: the CUDA-core GEMV (for A/B and tests)
 // Dense, any shape or alignment, slow: the fallback for odd widths.
 void launch_gemv_scalar(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
                         __nv_bfloat16* y, int sm_count, cudaStream_t stream);

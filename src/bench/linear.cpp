@@ -248,6 +248,11 @@ void run(bool quick, const std::string& json_path) {
     for (const auto& sh : decode) rows.push_back(bench_dense(sh.name, t, sh.rows, sh.cols, 1, reps, s));
   rows.push_back(bench_moe("moe_experts", B, 1, reps, s));
   rows.push_back(bench_moe("moe_experts", F, 1, reps, s));
+  // The CUDA-core GEMV (fallback) on the same shapes, for comparison.
+  kern::set_gemv_tc(false);
+  for (WeightType t : {B, F})
+    for (const auto& sh : decode) rows.push_back(bench_dense(std::string(sh.name) + "/cudacore", t, sh.rows, sh.cols, 1, reps, s));
+  kern::set_gemv_tc(true);
   // GEMV against the tensor-core path for a few tokens: where the dispatch threshold belongs.
   const int def_lin = kern::gemv_max_tokens(), def_exp = kern::expert_gemv_max_tokens();
   for (int m : {1, 2, 4, 8}) {

@@ -378,8 +378,29 @@ TEST_CASE("GEMV paths with 3 to 8 tokens match the reference") {
   check_linear({WeightType::BF16, 700, 2048, 3}, 801);
   check_linear({WeightType::BF16, 9000, 256, 8}, 802);
   check_linear({WeightType::FP8_E4M3_BLOCK, 700, 1008, 5}, 803);
+  check_linear({WeightType::FP8_E4M3_BLOCK, 2048, 10944, 8}, 804);
+  check_linear({WeightType::BF16, 33, 2816, 6}, 805);
   for (int m : {3, 8}) check_moe(WeightType::BF16, m, 810 + m, false);
   check_moe(WeightType::FP8_E4M3_BLOCK, 6, 820, false);
+  rs::kern::set_gemv_max_tokens(lin, exp);
+}
+
+// The CUDA-core GEMV is the fallback where the tensor-core GEMV does not apply (FP8 scale
+// blocks not multiples of 16 x 64); run it on the usual shapes.
+TEST_CASE("CUDA-core GEMV fallback matches the reference") {
+  if (skip_without_gpu("cuda-core gemv")) return;
+  const int lin = rs::kern::gemv_max_tokens(), exp = rs::kern::expert_gemv_max_tokens();
+  rs::kern::set_gemv_max_tokens(rs::kern::kGemvMaxTokens, exp);
+  rs::kern::set_gemv_tc(false);
+  const LinearCase cases[] = {
+      {WeightType::BF16, 2048, 2048, 1},          {WeightType::BF16, 576, 2048, 3},
+      {WeightType::BF16, 9000, 256, 8},           {WeightType::BF16, 96, 4096, 2},
+      {WeightType::FP8_E4M3_BLOCK, 2048, 2048, 1}, {WeightType::FP8_E4M3_BLOCK, 700, 1008, 5},
+      {WeightType::FP8_E4M3_BLOCK, 5000, 1024, 2}, {WeightType::FP8_E4M3_BLOCK, 300, 2048, 1},
+  };
+  uint64_t seed = 1200;
+  for (const auto& c : cases) check_linear(c, seed++);
+  rs::kern::set_gemv_tc(true);
   rs::kern::set_gemv_max_tokens(lin, exp);
 }
 

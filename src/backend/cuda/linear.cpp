@@ -143,7 +143,14 @@ void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16*
     return;
   }
   if (m <= kern::gemv_max_tokens()) {
-    kern::launch_gemv_dense(w, x, m, y, sms, stream);
+    // Measured on an H200 (docs/perf/matmul.md): the tensor-core GEMV wins for FP8 (no
+    // per-element conversion to fp32) once there are enough 16-row tiles to fill the GPU, and
+    // for bf16 from two tokens on or on narrow matrices; the CUDA-core GEMV wins for one bf16
+    // token on wide matrices and for few rows (it splits the width across warps).
+    const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
+    const bool tc = kern::gemv_tc_ok(w) && (fp8 ? w.rows >= 1024 : (m >= 2 || w.cols <= 1024));
+    if (tc) kern::launch_gemv_tc(w, x, m, y, sms, stream);
+    else kern::launch_gemv_dense(w, x, m, y, sms, stream);
     check_launch("linear (gemv)");
     return;
   }
