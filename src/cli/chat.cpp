@@ -30,7 +30,8 @@ constexpr const char* kChatHelp =
     "Interactive chat at batch size 1 (answers stream as they are generated).\n"
     "Type a message and press Enter to send it. A line ending in a backslash (\\) continues the\n"
     "message on the next line. Commands: /reset forgets the conversation, /exit (or Ctrl-D) quits,\n"
-    "Ctrl-C stops the answer being generated. After each answer: time to first token and tokens/s.\n"
+    "Ctrl-C stops the answer being generated (at the prompt it quits). After each answer: time to\n"
+    "first token and tokens/s (on stderr; the answers alone go to stdout).\n"
     "Without --model, chats with the embedded default model (random weights: gibberish by design).\n";
 
 struct ChatArgs {
@@ -116,7 +117,12 @@ Turn generate(Engine& engine, GenerationRequest req) {
   const auto start = clock::now();
   auto first = start;
   auto last = start;
+  // Ctrl-C stops this answer only; at the prompt it keeps its default meaning (quit).
   g_interrupted = 0;
+  std::signal(SIGINT, on_sigint);
+  struct RestoreSigint {
+    ~RestoreSigint() { std::signal(SIGINT, SIG_DFL); }
+  } restore;
   auto h = engine.submit(std::move(req));
   bool cancelled = false;
   while (!h->done()) {
@@ -178,13 +184,10 @@ int run_chat(const ChatArgs& a) {
   const bool interactive = isatty(STDIN_FILENO);
   std::fprintf(stderr, "rackserve chat: %s\n", m.description.c_str());
   if (interactive) std::fprintf(stderr, "/reset forgets the conversation, /exit quits; end a line with \\ to continue it.\n");
-  std::signal(SIGINT, on_sigint);
-
   nlohmann::json messages = nlohmann::json::array();
   if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
   const nlohmann::json initial = messages;
   while (auto msg = read_message(interactive)) {
-    if (g_interrupted && !interactive) break;
     const std::string& text = *msg;
     if (text == "/exit" || text == "/quit") break;
     if (text == "/reset") {
@@ -235,7 +238,6 @@ int run_chat(const ChatArgs& a) {
     messages = std::move(attempt);
     messages.push_back({{"role", "assistant"}, {"content", t.text}});
   }
-  std::signal(SIGINT, SIG_DFL);
   engine->shutdown(std::chrono::milliseconds(0));
   return 0;
 }
