@@ -69,7 +69,11 @@ class Parser {
     while (true) {
       const Token& tk = cur();
       if (tk.type == Tok::End) {
-        if (!end_words.empty()) fail(tk.pos, "unexpected end of template, expected {% " + *end_words.begin() + " %}");
+        if (!end_words.empty()) {
+          std::string expected;
+          for (const auto& w : end_words) expected += (expected.empty() ? "{% " : " or {% ") + w + " %}";
+          fail(tk.pos, "unexpected end of template, expected " + expected);
+        }
         return body;
       }
       if (tk.type == Tok::Text) {
