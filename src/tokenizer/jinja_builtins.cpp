@@ -285,7 +285,7 @@ Value attribute_path(Interpreter& in, const Value& v, const Value& attr, Pos p) 
   while (true) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    const bool numeric = !part.empty() && part.size() < 18 && std::all_of(part.begin(), part.end(), ::isdigit);
     cur = numeric ? in.get_item(cur, Value(static_cast<int64_t>(std::stoll(part))), p) : in.get_item(cur, Value(part), p);
     if (dot == std::string::npos) break;
     start = dot + 1;

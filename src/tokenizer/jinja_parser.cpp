@@ -423,7 +423,11 @@ class Parser {
       }
       case Tok::Float: {
         ++i_;
-        return literal(Value(std::stod(tk.value)), p);
+        try {
+          return literal(Value(std::stod(tk.value)), p);
+        } catch (...) {
+          fail(p, "float literal out of range");
+        }
       }
       case Tok::Op: {
         if (tk.value == "(") {
@@ -492,7 +496,11 @@ class Parser {
         auto e = make(ExprKind::Attr, p);
         if (cur().type == Tok::Int) {  // x.0 means x[0]
           e->kind = ExprKind::Index;
-          e->b = literal(Value(static_cast<int64_t>(std::stoll(t_[i_++].value))), p);
+          try {
+            e->b = literal(Value(static_cast<int64_t>(std::stoll(t_[i_++].value))), p);
+          } catch (...) {
+            fail(p, "index out of range");
+          }
         } else {
           e->name = expect_name();
         }
