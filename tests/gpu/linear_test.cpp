@@ -400,6 +400,8 @@ TEST_CASE("CUDA-core GEMV fallback matches the reference") {
   };
   uint64_t seed = 1200;
   for (const auto& c : cases) check_linear(c, seed++);
+  rs::kern::set_gemv_max_tokens(rs::kern::kGemvMaxTokens, rs::kern::kExpertGemvMaxTokens);
+  for (int m : {1, 2, 7}) check_moe(WeightType::FP8_E4M3_BLOCK, m, 1300 + m, false);  // CUDA-core FP8 experts
   rs::kern::set_gemv_tc(true);
   rs::kern::set_gemv_max_tokens(lin, exp);
 }
@@ -408,6 +410,7 @@ TEST_CASE("moe_experts replays from a CUDA graph with changing routing") {
   if (skip_without_gpu("moe graph")) return;
   check_moe_graph(WeightType::BF16, 1, 700);
   check_moe_graph(WeightType::BF16, 6, 701);
+  check_moe_graph(WeightType::FP8_E4M3_BLOCK, 1, 703);
   check_moe_graph(WeightType::FP8_E4M3_BLOCK, 64, 702);
 }
 }
