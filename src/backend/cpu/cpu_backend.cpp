@@ -431,12 +431,4 @@ std::unique_ptr<Backend> make_cpu_backend(const ModelSpec& spec, const Weights& 
   return std::make_unique<CpuBackend>(spec, weights, threads, make_rope_table(spec));
 }
 
-std::unique_ptr<Backend> make_cpu_backend_with_rope(const ModelSpec& spec, const Weights& weights,
-                                                    int threads, const RopeTable& rope) {
-  if (rope.inv_freq.size() * 2 != size_t(spec.qk_rope_head_dim))
-    throw Error("cpu backend: rope table has " + std::to_string(rope.inv_freq.size()) +
-                " frequencies, qk_rope_head_dim needs " + std::to_string(spec.qk_rope_head_dim / 2));
-  return std::make_unique<CpuBackend>(spec, weights, threads, rope);
-}
-
 }  // namespace rs
