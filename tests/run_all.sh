@@ -7,4 +7,10 @@ bash third_party/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 cd build
-ctest --output-on-failure --timeout 1800
+# GPU suites first and verbose: without a GPU every case says why it skips, so a green run here is
+# never mistaken for a GPU run (tests/gpu/run_gpu_suite.sh runs them on an H200).
+gpu_status=0
+ctest -V -R '^gpu$' --timeout 1800 > gpu_tests.log 2>&1 || gpu_status=$?
+grep -E "skipped|ERROR|test cases:" gpu_tests.log || true
+if [ "$gpu_status" -ne 0 ]; then tail -60 gpu_tests.log; exit "$gpu_status"; fi
+ctest --output-on-failure -E '^gpu$' --timeout 1800
