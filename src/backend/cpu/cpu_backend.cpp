@@ -12,6 +12,7 @@
 #include "backend/cpu/linear.h"
 #include "backend/cpu/moe_routing.h"
 #include "backend/cpu/thread_pool.h"
+#include "backend/validate_batch.h"
 #include "common/error.h"
 #include "model/rope.h"
 #include "model/weights.h"
@@ -334,28 +335,9 @@ void CpuBackend::attention(int layer, const Batch& batch, const std::vector<int>
 
 std::vector<SeqResult> CpuBackend::execute(const Batch& batch) {
   const int H = spec_.hidden_size, V = spec_.vocab_size;
-  // Checked up front: a bad step must not leave half-written KV behind.
-  for (size_t i = 0; i < batch.seqs.size(); ++i) {
-    const SeqStep& s = batch.seqs[i];
-    const std::string who = "cpu backend: seq " + std::to_string(s.seq_id) + ": ";
-    if (s.start_pos < 0) throw Error(who + "negative start_pos");
-    const int64_t end = int64_t(s.start_pos) + int64_t(s.tokens.size());
-    if (end > 0 && kv_.block_size <= 0) throw Error(who + "init_kv was not called");
-    if (int64_t(s.block_table.size()) * kv_.block_size < end)
-      throw Error(who + "block table covers " + std::to_string(s.block_table.size() * kv_.block_size) +
-                  " positions, step needs " + std::to_string(end));
-    for (int64_t b = 0; b < (end + kv_.block_size - 1) / kv_.block_size; ++b)
-      if (s.block_table[b] < 0 || s.block_table[b] >= kv_.num_blocks)
-        throw Error(who + "block id " + std::to_string(s.block_table[b]) + " out of range");
-    for (int32_t tok : s.tokens)
-      if (tok < 0 || tok >= V) throw Error(who + "token id " + std::to_string(tok) + " out of range");
-    if (s.sample && s.tokens.empty()) throw Error(who + "sample requested with no tokens");
-  }
+  validate_batch(batch, kv_, V, 0, "cpu backend");
   const size_t block_elems = size_t(kv_.block_size) * spec_.kv_cache_dim();
   for (auto [src, dst] : batch.block_copies) {
-    if (src < 0 || dst < 0 || src >= kv_.num_blocks || dst >= kv_.num_blocks)
-      throw Error("cpu backend: block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
-                  " out of range");
     for (int l = 0; l < spec_.num_hidden_layers; ++l)
       std::memcpy(kv_slot(l, dst, 0), kv_slot(l, src, 0), block_elems * sizeof(float));
   }

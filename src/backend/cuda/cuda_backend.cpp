@@ -13,6 +13,7 @@
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/forward_pass.h"
 #include "backend/cuda/gpu_sampler.h"
+#include "backend/validate_batch.h"
 #include "common/error.h"
 #include "kernels/ops/kv_cache_params.h"
 #include "model/rope.h"
@@ -185,28 +186,7 @@ class CudaBackend final : public Backend {
 };
 
 void CudaBackend::check_batch(const Batch& batch) const {
-  const int V = spec_.vocab_size;
-  for (const SeqStep& s : batch.seqs) {
-    const std::string who = "cuda backend: seq " + std::to_string(s.seq_id) + ": ";
-    if (s.start_pos < 0) throw Error(who + "negative start_pos");
-    const int64_t end = int64_t(s.start_pos) + int64_t(s.tokens.size());
-    if (end > 0 && kv_.block_size <= 0) throw Error(who + "init_kv was not called");
-    if (end > int64_t(bt_width_) * kv_.block_size)
-      throw Error(who + "length " + std::to_string(end) + " exceeds the model's " +
-                  std::to_string(int64_t(bt_width_) * kv_.block_size - 1) + " positions");
-    if (int64_t(s.block_table.size()) * kv_.block_size < end)
-      throw Error(who + "block table covers " + std::to_string(s.block_table.size() * kv_.block_size) +
-                  " positions, step needs " + std::to_string(end));
-    for (int64_t b = 0; b < (end + kv_.block_size - 1) / kv_.block_size; ++b)
-      if (s.block_table[b] < 0 || s.block_table[b] >= kv_.num_blocks)
-        throw Error(who + "block id " + std::to_string(s.block_table[b]) + " out of range");
-    for (int32_t tok : s.tokens)
-      if (tok < 0 || tok >= V) throw Error(who + "token id " + std::to_string(tok) + " out of range");
-    if (s.sample && s.tokens.empty()) throw Error(who + "sample requested with no tokens");
-  }
-  for (auto [src, dst] : batch.block_copies)
-    if (src < 0 || dst < 0 || src >= kv_.num_blocks || dst >= kv_.num_blocks)
-      throw Error("cuda backend: block copy " + std::to_string(src) + " -> " + std::to_string(dst) + " out of range");
+  validate_batch(batch, kv_, spec_.vocab_size, int64_t(bt_width_) * kv_.block_size, "cuda backend");
 }
 
 std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
