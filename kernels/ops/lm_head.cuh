@@ -15,6 +15,8 @@ __device__ __forceinline__ void lm_head_row(const LmHeadParams& p, int v, int n_
   for (int n0 = n_begin; n0 < n_end; n0 += kLmHeadTokens) {
     const int nt = min(kLmHeadTokens, n_end - n0);
     float acc[kLmHeadTokens] = {};
+    // Unrolled so several 16-byte weight loads per lane are in flight (the lm_head streams 420 MB).
+#pragma unroll 4
     for (int k = lane * 8; k < p.hidden; k += 256) {
       float wf[8];
       bf16x8_to_float(*reinterpret_cast<const uint4*>(wr + k), wf);

@@ -6,15 +6,28 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
+#include "kernels/ops/kv_cache_params.h"
+#include "kernels/ops/rope_params.h"
+
 namespace rs::cuda {
 
 struct MlaAbsorbQParams {
-  const __nv_bfloat16* q = nullptr;     // [n, heads, nope + rope], rope part already rotated
+  const __nv_bfloat16* q = nullptr;     // [n, heads, nope + rope]
   const __nv_bfloat16* kv_b = nullptr;  // bf16 [heads * (nope + v), kv_lora]
   __nv_bfloat16* out = nullptr;         // [n, heads, kv_lora + rope]
   int n = 0, heads = 0, nope = 0, rope = 0, vdim = 0, kv_lora = 0;
+  // positions == nullptr: q's rope part is already rotated and passes through. Otherwise it is
+  // rotated on the way (pure decode steps skip the separate rope_q kernel), with the same bf16
+  // rounding as rope_q, so both paths give the same bits.
+  const int32_t* positions = nullptr;  // [n]
+  RopeSpec rotate;
 };
 void launch_mla_absorb_q(const MlaAbsorbQParams& p, cudaStream_t stream);
+// The absorb blocks and the cache write's per-token blocks in one launch (they are independent:
+// both read only the q / kv_a projections); pure decode steps use it to save a kernel per layer.
+void launch_mla_absorb_q_kv_write(const MlaAbsorbQParams& a, const KvWriteParams& kw, cudaStream_t stream);
 
 struct MlaVUpParams {
   const __nv_bfloat16* o_latent = nullptr;  // [n, heads, kv_lora]

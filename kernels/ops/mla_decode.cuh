@@ -1,9 +1,21 @@
 #pragma once
-// Tensor-core (WMMA bf16, fp32 accumulate) flash-decoding over the paged latent cache. A block
-// owns 16 heads of one sequence and one KV split; 64-token cache tiles are double-buffered with
-// cp.async so the next tile streams in while the current one is multiplied. Because the cache row
-// is the key and (its first kv_lora columns) the value, one shared-memory tile serves both GEMMs.
-#include <mma.h>
+// Flash-decoding over the paged latent cache with register-resident tensor-core tiles
+// (mma.sync m16n8k16, bf16 in, fp32 accumulate). All heads of a sequence share one latent cache
+// row (MQA), so a block takes 16 heads of one sequence (the MMA M dimension) and one KV split:
+// every cache tile is read from HBM once for all 16 heads, and the same shared-memory tile is the
+// key (all kv_dim columns) and the value (its first kv_lora columns).
+//
+// Per 32-token tile, with 4 warps:
+//  - S = Q K^T: warp w owns tokens [8w, 8w+8) over the whole kv_dim (one n8 MMA tile), and puts
+//    its scaled, masked scores in shared memory (16 x 32 floats);
+//  - every warp then reads all 32 scores of its rows straight into the A-fragment layout of
+//    the PV product and runs the same online softmax (the same data and order, so the running
+//    max and sum agree bit for bit between warps without another exchange);
+//  - O += P V: warp w owns latent columns [w*kv_lora/4, (w+1)*kv_lora/4), kept in registers for
+//    the whole split (at kv_lora 512: 16 n8 tiles, 64 floats per thread).
+// Tiles are double-buffered with cp.async (16-byte copies); the block is small (128 threads,
+// ~96 KB of shared memory at kv_dim 576) so two blocks share an SM and keep ~4 tiles in flight.
+#include <cstdint>
 
 #include "kernels/common/reduce.cuh"
 #include "kernels/ops/mla_decode_params.h"
@@ -11,53 +23,80 @@
 namespace rs::cuda {
 
 namespace mla_decode {
-constexpr int kHeads = 16;    // MMA M: heads per block
-constexpr int kTile = 64;     // cache tokens per tile
-constexpr int kWarps = 8;
+constexpr int kHeads = 16;   // MMA M: heads per block
+constexpr int kTile = 32;    // cache tokens per tile: 8 per warp in S = Q K^T
+constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
+constexpr int kMaxLora = 512;                          // checked on the host
+constexpr int kMaxColTiles = kMaxLora / kWarps / 8;    // n8 tiles of O per warp at kv_lora 512
 constexpr float kLog2e = 1.4426950408889634f;
 
-struct Layout {  // shared-memory carve-up, in bytes; strides padded against bank conflicts
-  int qs, ks, ss, ps, os;  // element strides
-  size_t q_off, k_off, s_off, p_off, o_off, stat_off, slot_off, total;
-  __host__ __device__ Layout(int kv_lora, int kv_dim) {
-    qs = kv_dim + 8; ks = kv_dim + 8; ss = kTile + 4; ps = kTile + 8; os = kv_lora + 4;
+struct Layout {  // shared-memory carve-up, in bytes; row strides padded by 16 bytes so that the
+                 // 8 rows an ldmatrix reads fall in 8 different bank quads
+  int qs, ks, ss;  // element strides
+  size_t q_off, k_off, s_off, slot_off, total;
+  __host__ __device__ Layout(int kv_dim) {
+    qs = kv_dim + 8; ks = kv_dim + 8; ss = kTile + 4;
     q_off = 0;
     k_off = q_off + size_t(kHeads) * qs * 2;
     s_off = k_off + 2 * size_t(kTile) * ks * 2;
-    p_off = s_off + 2 * size_t(kHeads) * ss * 4;
-    o_off = p_off + size_t(kHeads) * ps * 2;
-    stat_off = o_off + size_t(kHeads) * os * 4;
-    slot_off = stat_off + 3 * kHeads * 4;
+    slot_off = s_off + size_t(kHeads) * ss * 4;
     total = slot_off + 2 * kTile * 8;
   }
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
+  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x2(unsigned (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+// D += A B: A 16x16 row-major (4 regs), B 16x8 column-major (2 regs), D 16x8 fp32 (4 regs):
+// d0,d1 = row lane/4, cols 2*(lane%4)+{0,1}; d2,d3 = the same columns of row lane/4 + 8.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lower column) in the low half
+  return *reinterpret_cast<const unsigned*>(&v);
+}
 }  // namespace mla_decode
 
 __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p, int split, int head_group,
                                                        int b, char* smem) {
-  using namespace nvcuda;
   using namespace mla_decode;
-  const Layout L(p.kv_lora, p.kv_dim);
+  const Layout L(p.kv_dim);
   __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L.q_off);
   __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L.k_off);
   float* Ss = reinterpret_cast<float*>(smem + L.s_off);
-  __nv_bfloat16* Ps = reinterpret_cast<__nv_bfloat16*>(smem + L.p_off);
-  float* Os = reinterpret_cast<float*>(smem + L.o_off);
-  float* m_s = reinterpret_cast<float*>(smem + L.stat_off);
-  float* l_s = m_s + kHeads;
-  float* a_s = l_s + kHeads;
   int64_t* slot_s = reinterpret_cast<int64_t*>(smem + L.slot_off);  // [2][kTile] cache rows of a tile
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;  // MMA fragment row group and column pair
   const int h0 = head_group * kHeads;
   const int len = p.seq_lens[b];
   const int per_split = ((len + p.splits - 1) / p.splits + kTile - 1) / kTile * kTile;
@@ -98,19 +137,29 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   load_tile(0, 0);
   const int64_t qrow = p.q_rows ? p.q_rows[b] : b;
   for (int i = tid; i < kHeads * vecs; i += blockDim.x) {
-    const int r = i / vecs, v = i % vecs;
+    const int r = i / vecs, v = i - r * vecs;
     uint4 val = make_uint4(0, 0, 0, 0);
     if (h0 + r < p.heads)
       val = *reinterpret_cast<const uint4*>(p.q + (qrow * p.heads + h0 + r) * p.kv_dim + v * 8);
     *reinterpret_cast<uint4*>(Qs + r * L.qs + v * 8) = val;
   }
-  const int lshift = __ffs(p.kv_lora) - 1;  // kv_lora is a power of two (checked on the host)
-  for (int i = tid; i < kHeads * p.kv_lora; i += blockDim.x) Os[(i >> lshift) * L.os + (i & (p.kv_lora - 1))] = 0.f;
-  if (tid < kHeads) { m_s[tid] = -INFINITY; l_s[tid] = 0.f; }
+
+  const int col_tiles = p.kv_lora / (kWarps * 8);  // n8 tiles of O per warp (<= kMaxColTiles)
+  const int col0 = warp * (p.kv_lora / kWarps);
+  float o[kMaxColTiles][4];
+#pragma unroll
+  for (int n = 0; n < kMaxColTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m_lo = -INFINITY, m_hi = -INFINITY;  // running max of rows g and g + 8 (log2 units)
+  float l_lo = 0.f, l_hi = 0.f;              // this thread's share of the running sums
 
   const int tiles = (t1 - t0 + kTile - 1) / kTile;
-  const int ksteps = p.kv_dim / 16, khalf = (ksteps + 1) / 2;
+  const int ksteps = p.kv_dim / 16;
   const float scale2 = p.scale * kLog2e;  // softmax in base 2: exp2 is one instruction
+  // ldmatrix row addresses of this lane (see mma_bf16 for the fragment layouts).
+  const __nv_bfloat16* q_lane = Qs + (lane & 15) * L.qs + (lane >> 4) * 8;
+  const int k_row = warp * 8 + (lane & 7), k_col = ((lane >> 3) & 1) * 8;
+  const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8, v_col = col0 + (lane >> 4) * 8;
+
   for (int it = 0; it < tiles; ++it) {
     const int buf = it & 1;
     if (it + 1 < tiles) {
@@ -119,79 +168,137 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
     } else {
       cp_async_wait<0>();
     }
-    __syncthreads();
+    __syncthreads();  // tile `it` (and on the first pass Q) visible to every warp
     const __nv_bfloat16* Kt = Ks + buf * kTile * L.ks;
-    {  // S = Q K^T, the K dimension split between two warp quartets
-      const int ct = warp & 3, half = warp >> 2;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.f);
-      const int k_begin = half * khalf, k_end = min(ksteps, k_begin + khalf);
-      for (int k = k_begin; k < k_end; ++k) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bf;
-        wmma::load_matrix_sync(a, Qs + k * 16, L.qs);
-        wmma::load_matrix_sync(bf, Kt + (ct * 16) * L.ks + k * 16, L.ks);
-        wmma::mma_sync(acc, a, bf, acc);
+    {  // S[:, 8w .. 8w+8) = Q K^T over all kv_dim; two accumulators for independent MMAs
+      float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
+      const __nv_bfloat16* k_lane = Kt + k_row * L.ks + k_col;
+      int k = 0;
+      for (; k + 1 < ksteps; k += 2) {
+        unsigned a0[4], a1[4], b0[2], b1[2];
+        ldmatrix_x4(a0, q_lane + k * 16);
+        ldmatrix_x2(b0, k_lane + k * 16);
+        ldmatrix_x4(a1, q_lane + (k + 1) * 16);
+        ldmatrix_x2(b1, k_lane + (k + 1) * 16);
+        mma_bf16(s0, a0, b0[0], b0[1]);
+        mma_bf16(s1, a1, b1[0], b1[1]);
       }
-      wmma::store_matrix_sync(Ss + half * kHeads * L.ss + ct * 16, acc, L.ss, wmma::mem_row_major);
+      if (k < ksteps) {
+        unsigned a0[4], b0[2];
+        ldmatrix_x4(a0, q_lane + k * 16);
+        ldmatrix_x2(b0, k_lane + k * 16);
+        mma_bf16(s0, a0, b0[0], b0[1]);
+      }
+      const int tok = t0 + it * kTile + warp * 8 + 2 * t4;  // token of column 2*t4
+      const bool v0 = tok < t1, v1 = tok + 1 < t1;
+      float* srow = Ss + g * L.ss + warp * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(srow) =
+          make_float2(v0 ? (s0[0] + s1[0]) * scale2 : -INFINITY, v1 ? (s0[1] + s1[1]) * scale2 : -INFINITY);
+      *reinterpret_cast<float2*>(srow + 8 * L.ss) =
+          make_float2(v0 ? (s0[2] + s1[2]) * scale2 : -INFINITY, v1 ? (s0[3] + s1[3]) * scale2 : -INFINITY);
     }
     __syncthreads();
-    // Online softmax: warp w owns rows 2w and 2w+1; each lane two columns.
-    for (int rr = 0; rr < 2; ++rr) {
-      const int r = warp * 2 + rr;
-      float s[2];
-      for (int j = 0; j < 2; ++j) {
-        const int c = lane + 32 * j;
-        const bool valid = t0 + it * kTile + c < t1;
-        s[j] = valid ? (Ss[r * L.ss + c] + Ss[kHeads * L.ss + r * L.ss + c]) * scale2 : -INFINITY;
-      }
-      const float m_old = m_s[r];
-      const float m_new = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
-      const float alpha = exp2f(m_old - m_new);
-      const float p0 = exp2f(s[0] - m_new), p1 = exp2f(s[1] - m_new);
-      const float psum = warp_sum(p0 + p1);
-      Ps[r * L.ps + lane] = __float2bfloat16(p0);
-      Ps[r * L.ps + lane + 32] = __float2bfloat16(p1);
-      if (lane == 0) {
-        m_s[r] = m_new;
-        l_s[r] = l_s[r] * alpha + psum;
-        a_s[r] = alpha;
-      }
-    }
-    __syncthreads();
-    for (int i = tid; i < kHeads * p.kv_lora; i += blockDim.x) {
-      const int r = i >> lshift, c = i & (p.kv_lora - 1);
-      Os[r * L.os + c] *= a_s[r];
-    }
-    __syncthreads();
-    for (int nt = warp; nt < p.kv_lora / 16; nt += kWarps) {  // O += P V
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, Os + nt * 16, L.os, wmma::mem_row_major);
+    // Scores of rows g and g+8 in the A-fragment layout of P V: chunk c (16 tokens) holds
+    // columns 16c + 2*t4 + {0,1} and 16c + 8 + 2*t4 + {0,1}.
+    constexpr int kPer = kTile / 4;  // scores per row held by one lane
+    float lo[kPer], hi[kPer];        // index 4c + 2*half + j
 #pragma unroll
-      for (int k = 0; k < kTile / 16; ++k) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> bf;
-        wmma::load_matrix_sync(a, Ps + k * 16, L.ps);
-        wmma::load_matrix_sync(bf, Kt + (k * 16) * L.ks + nt * 16, L.ks);
-        wmma::mma_sync(acc, a, bf, acc);
+    for (int c = 0; c < kTile / 16; ++c) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int col = 16 * c + 8 * half + 2 * t4;
+        const float2 x = *reinterpret_cast<const float2*>(Ss + g * L.ss + col);
+        const float2 y = *reinterpret_cast<const float2*>(Ss + (g + 8) * L.ss + col);
+        lo[4 * c + 2 * half] = x.x;
+        lo[4 * c + 2 * half + 1] = x.y;
+        hi[4 * c + 2 * half] = y.x;
+        hi[4 * c + 2 * half + 1] = y.y;
       }
-      wmma::store_matrix_sync(Os + nt * 16, acc, L.os, wmma::mem_row_major);
     }
-    __syncthreads();
+    float mx_lo = -INFINITY, mx_hi = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      mx_lo = fmaxf(mx_lo, lo[i]);
+      mx_hi = fmaxf(mx_hi, hi[i]);
+    }
+    // The four lanes of a quad hold the 32 columns of the same two rows.
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, off));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, off));
+    }
+    // Every split's first tile holds a valid token, so the running max is finite from tile 0 on.
+    const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
+    const float al_lo = exp2f(m_lo - mn_lo), al_hi = exp2f(m_hi - mn_hi);  // 0 on the first tile
+    m_lo = mn_lo;
+    m_hi = mn_hi;
+    float sum_lo = 0.f, sum_hi = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      lo[i] = exp2f(lo[i] - mn_lo);  // masked columns: exp2(-inf) = 0
+      hi[i] = exp2f(hi[i] - mn_hi);
+      sum_lo += lo[i];
+      sum_hi += hi[i];
+    }
+    l_lo = l_lo * al_lo + sum_lo;
+    l_hi = l_hi * al_hi + sum_hi;
+#pragma unroll
+    for (int n = 0; n < kMaxColTiles; ++n) {
+      o[n][0] *= al_lo;
+      o[n][1] *= al_lo;
+      o[n][2] *= al_hi;
+      o[n][3] *= al_hi;
+    }
+#pragma unroll
+    for (int c = 0; c < kTile / 16; ++c) {  // O += P V, 16 tokens per step
+      unsigned a[4];
+      a[0] = pack_bf16(lo[4 * c + 0], lo[4 * c + 1]);
+      a[1] = pack_bf16(hi[4 * c + 0], hi[4 * c + 1]);
+      a[2] = pack_bf16(lo[4 * c + 2], lo[4 * c + 3]);
+      a[3] = pack_bf16(hi[4 * c + 2], hi[4 * c + 3]);
+      const __nv_bfloat16* v_lane = Kt + (16 * c + v_row) * L.ks + v_col;
+#pragma unroll
+      for (int n = 0; n < kMaxColTiles; n += 2) {
+        if (n < col_tiles) {
+          unsigned bv[4];
+          ldmatrix_x4_trans(bv, v_lane + n * 8);
+          mma_bf16(o[n], a, bv[0], bv[1]);
+          mma_bf16(o[n + 1], a, bv[2], bv[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp done with tile `it` and with Ss before they are overwritten
   }
-  for (int i = tid; i < kHeads * p.kv_lora; i += blockDim.x) {
-    const int r = i >> lshift, c = i & (p.kv_lora - 1);
-    if (h0 + r < p.heads)
-      p.part_o[(part + static_cast<int64_t>(h0 + r) * p.splits) * p.kv_lora + c] = Os[r * L.os + c] / l_s[r];
+
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
   }
-  for (int r = tid; r < kHeads; r += blockDim.x)
-    if (h0 + r < p.heads) p.part_lse[part + static_cast<int64_t>(h0 + r) * p.splits] = m_s[r] + log2f(l_s[r]);
+  const float inv_lo = 1.f / l_lo, inv_hi = 1.f / l_hi;
+  const bool row_lo = h0 + g < p.heads, row_hi = h0 + g + 8 < p.heads;
+  float* out_lo = p.part_o + (part + static_cast<int64_t>(h0 + g) * p.splits) * p.kv_lora + col0 + 2 * t4;
+  float* out_hi = p.part_o + (part + static_cast<int64_t>(h0 + g + 8) * p.splits) * p.kv_lora + col0 + 2 * t4;
+#pragma unroll
+  for (int n = 0; n < kMaxColTiles; ++n) {
+    if (n < col_tiles) {
+      if (row_lo) *reinterpret_cast<float2*>(out_lo + n * 8) = make_float2(o[n][0] * inv_lo, o[n][1] * inv_lo);
+      if (row_hi) *reinterpret_cast<float2*>(out_hi + n * 8) = make_float2(o[n][2] * inv_hi, o[n][3] * inv_hi);
+    }
+  }
+  if (warp == 0 && t4 == 0) {
+    if (row_lo) p.part_lse[part + static_cast<int64_t>(h0 + g) * p.splits] = m_lo + log2f(l_lo);
+    if (row_hi) p.part_lse[part + static_cast<int64_t>(h0 + g + 8) * p.splits] = m_hi + log2f(l_hi);
+  }
 }
 
 // Merges the splits of one (sequence, head): weights 2^(lse_s - max) renormalise the partials.
-// The split weights go through shared memory once; the column loop then issues independent loads.
+// A thread owns 4 adjacent latent columns (16-byte loads); the split loop is unrolled so several
+// independent loads are in flight.
+constexpr int kCombineThreads = 128;  // kv_lora / 4 at kv_lora 512
 __device__ __forceinline__ void mla_decode_combine_block(const MlaDecodeParams& p, int b, int h) {
-  __shared__ float wts[64];
+  static_assert(kCombineThreads >= kMlaDecodeMaxSplits, "one split weight per thread");
+  __shared__ float wts[kMlaDecodeMaxSplits];
   __shared__ float scratch[32];
   const int64_t base = (static_cast<int64_t>(b) * p.heads + h) * p.splits;
   const float lse = threadIdx.x < p.splits ? p.part_lse[base + threadIdx.x] : -INFINITY;
@@ -201,12 +308,23 @@ __device__ __forceinline__ void mla_decode_combine_block(const MlaDecodeParams& 
   if (threadIdx.x < p.splits) wts[threadIdx.x] = e / wsum;
   __syncthreads();
   const int64_t qrow = p.q_rows ? p.q_rows[b] : b;
-  for (int c = threadIdx.x; c < p.kv_lora; c += blockDim.x) {
-    float acc = 0.f;
+  for (int c = threadIdx.x * 4; c < p.kv_lora; c += blockDim.x * 4) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float* src = p.part_o + base * p.kv_lora + c;
 #pragma unroll 8
-    for (int s = 0; s < p.splits; ++s)
-      if (wts[s] != 0.f) acc += wts[s] * p.part_o[(base + s) * p.kv_lora + c];
-    p.out[(qrow * p.heads + h) * p.kv_lora + c] = __float2bfloat16(acc);
+    for (int s = 0; s < p.splits; ++s) {
+      const float w = wts[s];
+      if (w != 0.f) {  // empty splits never wrote their partial
+        const float4 v = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(s) * p.kv_lora);
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
+      }
+    }
+    __nv_bfloat16* dst = p.out + (qrow * p.heads + h) * p.kv_lora + c;
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc.x, acc.y);
+    *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(acc.z, acc.w);
   }
 }
 

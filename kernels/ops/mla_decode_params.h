@@ -24,6 +24,8 @@ struct MlaDecodeParams {
   int batch = 0, heads = 0, splits = 1, kv_lora = 0, kv_dim = 0;
   float scale = 1.0f;                    // softmax scale (1/sqrt(qk_head_dim) * mscale^2)
 };
+// Most KV splits per sequence the combine kernel merges.
+constexpr int kMlaDecodeMaxSplits = 64;
 size_t mla_decode_smem_bytes(int kv_lora, int kv_dim);
 // Runs the split kernel and the combine kernel.
 void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream);

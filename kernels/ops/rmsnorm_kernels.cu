@@ -1,12 +1,24 @@
+#include "kernels/common/pdl.cuh"
+#include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/rmsnorm.cuh"
 
+// Launched with programmatic stream serialization (kern::launch_pdl): each kernel waits for its
+// predecessor before touching memory, then lets its successor get scheduled early.
 namespace rs::cuda {
-__global__ void add_rmsnorm_kernel(const AddRmsNormParams p) { add_rmsnorm_row(p, blockIdx.x); }
-__global__ void rmsnorm_rows_kernel(const RmsNormRowsParams p) { rmsnorm_row(p, blockIdx.x); }
+__global__ void add_rmsnorm_kernel(const AddRmsNormParams p) {
+  pdl::wait();
+  pdl::launch_dependents();
+  add_rmsnorm_row(p, blockIdx.x);
+}
+__global__ void rmsnorm_rows_kernel(const RmsNormRowsParams p) {
+  pdl::wait();
+  pdl::launch_dependents();
+  rmsnorm_row(p, blockIdx.x);
+}
 void launch_add_rmsnorm(const AddRmsNormParams& p, cudaStream_t stream) {
-  if (p.n > 0) add_rmsnorm_kernel<<<p.n, 512, 0, stream>>>(p);
+  if (p.n > 0) kern::launch_pdl(add_rmsnorm_kernel, dim3(p.n), dim3(512), 0, stream, p);
 }
 void launch_rmsnorm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
-  if (p.n > 0) rmsnorm_rows_kernel<<<p.n, 256, 0, stream>>>(p);
+  if (p.n > 0) kern::launch_pdl(rmsnorm_rows_kernel, dim3(p.n), dim3(256), 0, stream, p);
 }
 }  // namespace rs::cuda

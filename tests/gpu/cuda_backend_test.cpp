@@ -188,7 +188,8 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
   if (skip_without_gpu("cuda backend fixtures")) return;
   const std::string root = std::string(RS_FIXTURES_DIR) + "/models";
   std::vector<std::string> dirs;
-  for (auto& e : std::filesystem::directory_iterator(root)) dirs.push_back(e.path().string());
+  for (auto& e : std::filesystem::directory_iterator(root))  // model directories only (models/ also holds scripts)
+    if (e.is_directory() && std::filesystem::exists(e.path() / "config.json")) dirs.push_back(e.path().string());
   std::sort(dirs.begin(), dirs.end());
   REQUIRE(dirs.size() >= 4);
   for (const std::string& dir : dirs) {

@@ -111,6 +111,7 @@ TEST_CASE("mla decode: absorbed MQA over a paged latent cache equals host attent
   run_decode_case({16, 512, 64, 1, 16, {1000}}, 3);
   run_decode_case({16, 512, 64, 5, 3, {1, 17, 64, 65, 700}}, 4);
   run_decode_case({20, 512, 64, 2, 2, {300, 33}}, 5);  // two head groups, the second partial
+  run_decode_case({16, 512, 64, 2, 64, {3000, 40}}, 6);  // the most splits; most of the second row's are empty
 }
 
 TEST_CASE("mla prefill: expanded causal flash attention with a cached prefix equals host attention") {

@@ -21,7 +21,6 @@ namespace {
 // HF builds q_a_layernorm and kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps
 // (the CPU reference does the same).
 constexpr float kLatentNormEps = 1e-6f;
-constexpr int kMaxSplits = 32;
 
 int round_up_pow2(int v) {
   int p = 1;
@@ -77,10 +76,13 @@ void ForwardPass::set_kv(__nv_bfloat16* cache, int64_t layer_stride, int block_s
   cap_.decode_rows = 0;  // the block-table buffer depends on bt_width: reallocate on next use
 }
 
+// The decode attention kernel runs two blocks per SM (~96 KB of shared memory each at kv_dim 576):
+// as many KV splits as fit in one wave of 2 x SMs blocks, so no second, partly empty wave (a split
+// is at least one 32-token tile: at batch 1 and 1K context 32 splits work, the rest exit at once).
 int ForwardPass::decode_splits(int rows) const {
   const int head_groups = (spec_.num_attention_heads + 15) / 16;
-  const int want = (2 * num_sms_ + rows * head_groups - 1) / (rows * head_groups);
-  return std::clamp(want, 1, kMaxSplits);
+  const int want = (2 * num_sms_) / (rows * head_groups);
+  return std::clamp(want, 1, kMlaDecodeMaxSplits);
 }
 
 const float* ForwardPass::route_margins(int layer) const {
@@ -290,7 +292,10 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   kw.n = n;
   kw.kv_lora = R;
   kw.rope = rope_;
-  { RS_OP("kv_write"); launch_kv_write(kw, stream); }
+  // A pure decode step rotates q inside the absorb kernel and writes the cache rows from extra
+  // blocks of the same launch: kv_write, rope_q and absorb become one kernel per layer.
+  const bool rope_in_absorb = nd > 0 && nd == n && prefills.empty();
+  if (!rope_in_absorb) { RS_OP("kv_write"); launch_kv_write(kw, stream); }
   RopeQParams rq;
   rq.q = q;
   rq.positions = positions_d_;
@@ -298,7 +303,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   rq.heads = nh;
   rq.head_dim = qk;
   rq.rope = rope_;
-  { RS_OP("rope_q"); launch_rope_q(rq, stream); }
+  if (!rope_in_absorb) { RS_OP("rope_q"); launch_rope_q(rq, stream); }
   const float scale = static_cast<float>(s.softmax_scale());
   if (nd > 0) {  // absorbed MQA over the latent cache
     MlaAbsorbQParams ab;
@@ -311,7 +316,17 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     ab.rope = rope;
     ab.vdim = vd;
     ab.kv_lora = R;
-    { RS_OP("mla absorb q"); launch_mla_absorb_q(ab, stream); }
+    if (rope_in_absorb) {
+      ab.positions = positions_d_;
+      ab.rotate = rope_;
+    }
+    if (rope_in_absorb) {
+      RS_OP("mla absorb q + rope + kv_write");
+      launch_mla_absorb_q_kv_write(ab, kw, stream);
+    } else {
+      RS_OP("mla absorb q");
+      launch_mla_absorb_q(ab, stream);
+    }
     MlaDecodeParams dp;
     dp.q = qabs_.get<__nv_bfloat16>();
     dp.cache = cache;
