@@ -31,6 +31,13 @@ else
   BIN=/tmp/rs-build; cp /tmp/rs-build/tests/rackserve_tests "$BIN/" 2>/dev/null
 fi
 RS="$BIN/rackserve"; TESTS="$BIN/rackserve_tests"
+# The spin-wait self-test launches this binary; NCCL comes from the image's wheel where
+# /usr/lib has none.
+export RS_RACKSERVE_BINARY=$RS NCCL_NVLS_ENABLE=0
+if [ -z "${RS_NCCL_LIBRARY:-}" ] && ! ldconfig -p | grep -q libnccl.so.2; then
+  RS_NCCL_LIBRARY=$(ls /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 2>/dev/null | head -1)
+  export RS_NCCL_LIBRARY
+fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUTDIR/gpu.txt"
 
 declare -a ROWS
