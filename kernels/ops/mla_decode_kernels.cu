@@ -1,10 +1,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/mla_decode.cuh"
-#include "kernels/ops/mla_decode_wmma.cuh"
 
-#include <cstdlib>
-#include <cstring>
 
 namespace rs::cuda {
 // Both kernels are launched with programmatic stream serialization: they wait for the previous
@@ -21,35 +18,9 @@ __global__ void __launch_bounds__(kCombineThreads) mla_decode_combine_kernel(con
   pdl::launch_dependents();
   mla_decode_combine_block(p, blockIdx.x / p.heads, blockIdx.x % p.heads);
 }
-// The previous WMMA kernel (one 207 KB block per SM, S/P/O staged through shared memory), for A/B
-// measurements only: RS_MLA_DECODE=wmma.
-__global__ void __launch_bounds__(mla_decode_wmma::kThreads) mla_decode_wmma_split_kernel(const MlaDecodeParams p) {
-  extern __shared__ __align__(128) char smem[];
-  mla_decode_wmma_split_block(p, blockIdx.x, blockIdx.y, blockIdx.z, smem);
-}
-__global__ void mla_decode_wmma_combine_kernel(const MlaDecodeParams p) {
-  mla_decode_wmma_combine_block(p, blockIdx.x / p.heads, blockIdx.x % p.heads);
-}
-static void launch_mla_decode_wmma(const MlaDecodeParams& p, cudaStream_t stream) {
-  const size_t smem = mla_decode_wmma::Layout(p.kv_lora, p.kv_dim).total;
-  static size_t configured = 0;
-  if (smem > configured) {
-    cudaFuncSetAttribute(mla_decode_wmma_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    configured = smem;
-  }
-  const dim3 grid(p.splits, (p.heads + mla_decode_wmma::kHeads - 1) / mla_decode_wmma::kHeads, p.batch);
-  mla_decode_wmma_split_kernel<<<grid, mla_decode_wmma::kThreads, smem, stream>>>(p);
-  mla_decode_wmma_combine_kernel<<<p.batch * p.heads, 128, 0, stream>>>(p);
-}
-
 size_t mla_decode_smem_bytes(int /*kv_lora*/, int kv_dim) { return mla_decode::Layout(kv_dim).total; }
 void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream) {
   if (p.batch <= 0) return;
-  static const bool wmma = [] {
-    const char* e = std::getenv("RS_MLA_DECODE");
-    return e && std::strcmp(e, "wmma") == 0;
-  }();
-  if (wmma) return launch_mla_decode_wmma(p, stream);
   const size_t smem = mla_decode_smem_bytes(p.kv_lora, p.kv_dim);
   static size_t configured = 0;  // opt-in above 48 KiB once per size (host-side, not captured)
   if (smem > configured) {
