@@ -12,16 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.h"
+#include "model/numerics.h"
+
 namespace rs::cudatest {
 
-inline bool have_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    return false;
-  }
-  return true;
-}
+inline bool have_gpu() { return cuda_device_count(nullptr) > 0; }
 
 inline bool skip_without_gpu(const char* test) {
   if (have_gpu()) return false;
@@ -33,18 +29,8 @@ inline void ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-inline float bf16_bits_to_float(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint16_t float_to_bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
+inline float bf16_bits_to_float(uint16_t b) { return bf16_to_f32(b); }
+inline uint16_t float_to_bf16_bits(float f) { return f32_to_bf16(f); }
 inline float round_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
 
 template <class T>

@@ -12,39 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.h"
+#include "model/numerics.h"
+
 namespace rs::test {
 
-inline bool have_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    return false;
-  }
-  return true;
-}
+inline bool have_gpu() { return cuda_device_count(nullptr) > 0; }
 
 inline void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-inline float bf16_to_float(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint16_t float_to_bf16(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-// e4m3 (OCP FP8): 1 sign, 4 exponent (bias 7), 3 mantissa; no infinities.
-inline float e4m3_to_float(uint8_t b) {
-  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-  float v = e == 0 ? std::ldexp(float(m) / 8.f, -6) : std::ldexp(1.f + float(m) / 8.f, e - 7);
-  return s ? -v : v;
-}
+inline float bf16_to_float(uint16_t b) { return bf16_to_f32(b); }
+inline uint16_t float_to_bf16(float f) { return f32_to_bf16(f); }
+inline float e4m3_to_float(uint8_t b) { return e4m3_to_f32(b); }
 
 struct Rng {
   std::mt19937_64 gen;

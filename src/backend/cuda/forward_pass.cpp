@@ -319,8 +319,6 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     if (rope_in_absorb) {
       ab.positions = positions_d_;
       ab.rotate = rope_;
-    }
-    if (rope_in_absorb) {
       RS_OP("mla absorb q + rope + kv_write");
       launch_mla_absorb_q_kv_write(ab, kw, stream);
     } else {
