@@ -64,4 +64,10 @@ struct BackendOptions {
 std::unique_ptr<Backend> make_backend(const ModelSpec& spec, const Weights& weights,
                                       const BackendOptions& opt);
 
+// The same choice for deterministic random weights of spec's shapes. On a GPU they are created in
+// device memory only, so a 671B config never touches host memory; on the CPU they are built into
+// host_weights, which must outlive the backend.
+std::unique_ptr<Backend> make_dummy_backend(const ModelSpec& spec, uint64_t seed, const BackendOptions& opt,
+                                            std::unique_ptr<Weights>& host_weights);
+
 }  // namespace rs

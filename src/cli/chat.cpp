@@ -73,7 +73,8 @@ ChatModel load(const ChatArgs& a) {
   if (!m.tokenizer->has_chat_template())
     throw Error(a.model + "/tokenizer_config.json: no chat_template; chat needs one");
   const bool dummy = a.load_format == "dummy";
-  m.weights = dummy ? Weights::dummy(m.spec) : Weights::load(a.model, m.spec);
+  // Dummy weights are created with the backend (on a GPU: in device memory only).
+  if (!dummy) m.weights = Weights::load(a.model, m.spec);
   m.description = a.model + (dummy ? " with RANDOM (dummy) weights" : "");
   return m;
 }
@@ -169,7 +170,7 @@ int run_chat(const ChatArgs& a) {
   BackendOptions bo;
   bo.device = a.device;
   bo.threads = a.threads;
-  auto backend = make_backend(m.spec, *m.weights, bo);
+  auto backend = m.weights ? make_backend(m.spec, *m.weights, bo) : make_dummy_backend(m.spec, 0, bo, m.weights);
   EngineConfig cfg;
   cfg.max_num_seqs = 1;
   cfg.max_model_len = std::min(a.max_model_len, m.spec.max_position_embeddings);

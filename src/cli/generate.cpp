@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_backend.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "model/model_spec.h"
@@ -79,13 +78,10 @@ void run_generate(const GenerateArgs& a) {
   opt.threads = a.threads;
   std::unique_ptr<Weights> weights;
   std::unique_ptr<Backend> backend;
-  std::string no_gpu;
-  if (a.load_format == "dummy" && a.device != "cpu" && cuda_device_count(&no_gpu) > 0) {
-    // On a GPU the dummy weights are created in device memory only: a 671B config never
-    // touches host memory.
-    backend = make_cuda_backend_dummy(spec, a.seed);
+  if (a.load_format == "dummy") {
+    backend = make_dummy_backend(spec, a.seed, opt, weights);
   } else {
-    weights = a.load_format == "dummy" ? Weights::dummy(spec, a.seed) : Weights::load(a.model, spec);
+    weights = Weights::load(a.model, spec);
     backend = make_backend(spec, *weights, opt);
   }
   const int block = 16;

@@ -171,7 +171,8 @@ LoadedModel load_model(const ServeOptions& o) {
                     : with_chat_template(read_text_file(o.model + "/tokenizer.json"),
                                          read_text_file(o.model + "/tokenizer_config.json"), o.chat_template);
   m.random_weights = o.load_format == "dummy";
-  m.weights = m.random_weights ? Weights::dummy(m.spec) : Weights::load(o.model, m.spec);
+  // Dummy weights are created with the backend (on a GPU: in device memory only).
+  if (!m.random_weights) m.weights = Weights::load(o.model, m.spec);
   m.default_name = o.model;  // vLLM serves the --model argument as the name by default
   m.description = o.model + (m.random_weights ? " with RANDOM (dummy) weights" : "");
   return m;
@@ -203,7 +204,7 @@ int run_serve(ServeOptions o) {
     BackendOptions bo;
     bo.device = o.device;
     bo.threads = o.threads;
-    auto backend = make_backend(m.spec, *m.weights, bo);
+    auto backend = m.weights ? make_backend(m.spec, *m.weights, bo) : make_dummy_backend(m.spec, 0, bo, m.weights);
     engine = Engine::create(std::move(backend), m.tokenizer.get(), o.engine);
   } catch (...) {
     srv.begin_shutdown();
