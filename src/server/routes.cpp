@@ -129,6 +129,7 @@ json models_json(const ServedModel& m) {
                     {"root", m.ctx.served_names.at(0)},
                     {"parent", nullptr},
                     {"max_model_len", m.ctx.max_model_len},
+                    {"vocab_size", m.ctx.vocab_size},
                     {"random_weights", m.random_weights},
                     {"description", m.description}});
   }
