@@ -92,7 +92,19 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
   const int per = (V + blockDim.x - 1) / blockDim.x;
   const int i0 = threadIdx.x * per, i1 = min(V, i0 + per);
 
-  for (int i = i0; i < i1; ++i) w[i] = raw[i];
+  // Plain greedy (no penalties, no logit bias) reads the raw logits in place with coalesced, thread-strided
+  // loads; every other mode needs the contiguous per-thread ranges (id-order prefix sums) and a
+  // working copy.
+  const bool plain_greedy = r.temperature < 1e-5f && r.repetition == 1.0f && r.presence == 0.0f && r.frequency == 0.0f &&
+                            r.bias_len == 0;
+  if (!plain_greedy)
+    for (int i = i0; i < i1; ++i) w[i] = raw[i];
+  __syncthreads();
+  // Bias ids are unique (the server refuses duplicates), so the adds cannot race.
+  for (int j = threadIdx.x; j < r.bias_len; j += blockDim.x) {
+    const int t = p.tokens[r.bias_off + 2 * j];
+    if (t >= 0 && t < V) w[t] += __int_as_float(p.tokens[r.bias_off + 2 * j + 1]);
+  }
   __syncthreads();
   const int32_t* prompt = p.tokens + r.prompt_off;
   const int32_t* output = p.tokens + r.output_off;
@@ -124,11 +136,19 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
     __syncthreads();
   }
 
-  if (r.temperature < 1e-5f) {  // greedy, the first maximum
+  if (r.temperature < 1e-5f) {  // greedy, the first maximum (each thread keeps its lowest id; so does the block)
     float bv = -INFINITY;
     int bi = 0x7fffffff;
-    for (int i = i0; i < i1; ++i)
-      if (w[i] > bv) { bv = w[i]; bi = i; }
+    if (plain_greedy) {
+#pragma unroll 4
+      for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        const float v = raw[i];
+        if (v > bv) { bv = v; bi = i; }
+      }
+    } else {
+      for (int i = i0; i < i1; ++i)
+        if (w[i] > bv) { bv = w[i]; bi = i; }
+    }
     const int c = block_argmax(bv, bi, S);
     if (threadIdx.x == 0) chosen_s = c;
   } else {
@@ -249,11 +269,15 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
   __syncthreads();
   const int chosen = chosen_s;
   // logprobs from the raw logits
+  // Coalesced, thread-strided passes: the log-sum-exp does not depend on id order. Terms in
+  // fp32 (expf: ~1 ulp), summed in double: an fp64 exp per vocabulary entry cost tens of us.
   float mx = -INFINITY;
-  for (int i = i0; i < i1; ++i) mx = fmaxf(mx, raw[i]);
+#pragma unroll 4
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, raw[i]);
   mx = block_max(mx, S.f);
   double sum = 0;
-  for (int i = i0; i < i1; ++i) sum += exp(static_cast<double>(raw[i]) - mx);
+#pragma unroll 4
+  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += static_cast<double>(expf(raw[i] - mx));
   sum = block_sum_d(sum, S);
   const float lse = mx + static_cast<float>(log(sum));
   SampleResult* out = p.out + b;

@@ -1,6 +1,6 @@
 #pragma once
 // GPU sampler with the host sampler's semantics (src/backend/sampler.cpp, vLLM's order):
-// penalties on the raw logits, then temperature, min_p, top_k, top_p over the ranking
+// logit bias and penalties on the raw logits, then temperature, min_p, top_k, top_p over the ranking
 // (probability descending, lower id first on ties), one uniform draw u = rs::sampling_uniform
 // (seed, draw_index) and the inverse CDF walked in token-id order; logprobs from the raw logits.
 #include <cuda_runtime.h>
@@ -19,6 +19,7 @@ struct SampleRow {
   float uniform = 0.f;     // sampling_uniform(seed, draw_index), computed on the host
   int logits_row = 0;
   int prompt_off = 0, prompt_len = 0, output_off = 0, output_len = 0;  // into `tokens`
+  int bias_off = 0, bias_len = 0;  // into `tokens`: bias_len pairs (id, bias as float bits)
 };
 
 struct SampleResult {
@@ -32,7 +33,7 @@ struct SamplingParamsDev {
   const float* logits = nullptr;  // [rows, vocab]
   int vocab = 0, n = 0;
   const SampleRow* rows = nullptr;  // [n]
-  const int32_t* tokens = nullptr;  // penalty token pool
+  const int32_t* tokens = nullptr;  // penalty token and logit-bias pool
   float* work = nullptr;            // [n, vocab] scratch
   int32_t* flags = nullptr;         // [n, vocab] zero before and after the kernel
   int32_t* counts = nullptr;        // [n, vocab] zero before and after the kernel

@@ -1,4 +1,4 @@
-// Host sampler with vLLM's semantics: penalties on the raw logits, then temperature, min_p,
+// Host sampler with vLLM's semantics: logit bias and penalties on the raw logits, then temperature, min_p,
 // top_k, top_p, and one seeded uniform draw per output token (inverse CDF in token-id order),
 // so a request's output depends only on (seed, draw index), never on its batch neighbours.
 #include <algorithm>
@@ -51,6 +51,8 @@ SampledToken sample_token(std::span<const float> raw, const SamplingState& state
   const SamplingParams& p = state.params ? *state.params : kGreedy;
   const int V = static_cast<int>(raw.size());
   std::vector<float> logits(raw.begin(), raw.end());
+  for (auto [t, b] : p.logit_bias)
+    if (t >= 0 && t < V) logits[t] += b;
 
   // Penalties (vLLM apply_penalties): repetition over prompt and output, presence and
   // frequency over output only.

@@ -19,6 +19,9 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;
   uint64_t seed = 0;
   int logprobs = -1;         // -1: none; 0: the chosen token's; n: also the n most likely
+  // Added to the logits before penalties and sampling (OpenAI logit_bias; vLLM applies it in
+  // that order); logprobs still come from the raw logits. Ids unique and inside the vocabulary.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 struct SamplingState {

@@ -98,8 +98,6 @@ int32_t checked_token_id(const json& v, const std::string& param, const ModelCon
 
 // Fields that would change the output but are not implemented: refuse rather than ignore.
 void reject_unsupported(const json& body) {
-  if (const json* f = field(body, "logit_bias"); f && !(f->is_object() && f->empty()))
-    bad("logit_bias", "'logit_bias' is not supported");
   if (const json* f = field(body, "tools"); f && !(f->is_array() && f->empty()))
     bad("tools", "'tools' (function calling) is not supported");
   if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
@@ -139,6 +137,31 @@ void parse_stop(const json& body, GenerationRequest& g, const ModelContext& ctx)
   }
 }
 
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}. Keys that name the same id ("5",
+// "05") are refused rather than silently merged.
+void parse_logit_bias(const json& body, SamplingParams& s, const ModelContext& ctx) {
+  const json* f = field(body, "logit_bias");
+  if (!f) return;
+  if (!f->is_object()) bad("logit_bias", std::string("'logit_bias' must be an object, got ") + type_name(*f));
+  std::vector<char> seen;
+  for (const auto& [key, val] : f->items()) {
+    const std::string param = "logit_bias[\"" + key.substr(0, 32) + "\"]";
+    int64_t id = -1;
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char c : key) digits = digits && c >= '0' && c <= '9';
+    if (digits) id = std::stoll(key);
+    if (!digits || id >= ctx.vocab_size)
+      bad("logit_bias", "'" + param + "': keys must be token ids in [0, " + std::to_string(ctx.vocab_size) + ")");
+    if (!val.is_number()) bad("logit_bias", "'" + param + "' must be a number, got " + type_name(val));
+    const double b = val.get<double>();
+    if (!(b >= -100.0 && b <= 100.0)) bad("logit_bias", "'" + param + "' must be in [-100, 100]");
+    if (seen.empty()) seen.assign(size_t(ctx.vocab_size), 0);
+    if (seen[size_t(id)]) bad("logit_bias", "token id " + std::to_string(id) + " appears twice in 'logit_bias'");
+    seen[size_t(id)] = 1;
+    s.logit_bias.emplace_back(int32_t(id), float(b));
+  }
+}
+
 // Everything the two endpoints share.
 void parse_common(const json& body, const ModelContext& ctx, ParsedRequest& r) {
   reject_unsupported(body);
@@ -153,6 +176,7 @@ void parse_common(const json& body, const ModelContext& ctx, ParsedRequest& r) {
   s.presence_penalty = float(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
   s.frequency_penalty = float(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
   s.repetition_penalty = float(get_number(body, "repetition_penalty", 1.0, 0.0, 10.0, true));
+  parse_logit_bias(body, s, ctx);
   if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(),
                           std::numeric_limits<int64_t>::max())) {
     s.seed = static_cast<uint64_t>(*seed);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 
@@ -290,6 +291,10 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
   add([](auto& p) { p.temperature = 0; p.repetition_penalty = 1.5f; p.presence_penalty = 0.7f; p.frequency_penalty = 0.4f; });
   add([](auto& p) { p.temperature = 0.8f; p.repetition_penalty = 0.8f; p.frequency_penalty = -0.3f; p.seed = 6; p.logprobs = 20; });
   add([](auto& p) { p.temperature = 1.0f; p.top_k = 1; p.seed = 7; });
+  // Bias that moves the argmax (onto 7), bans the top tokens, and meets the penalties.
+  add([](auto& p) { p.temperature = 0; p.logprobs = 2; p.logit_bias = {{7, 30.f}, {4998, -5.f}}; });
+  add([](auto& p) { p.temperature = 0.9f; p.seed = 8; p.logit_bias = {{17, -100.f}, {42, -100.f}, {400, -100.f}}; });
+  add([](auto& p) { p.temperature = 0; p.repetition_penalty = 1.5f; p.logit_bias = {{17, 1.5f}, {42, 0.25f}}; });
   Rand rng(11);
   const int R = int(ps.size()) * 4;  // each parameter set with four draws
   std::vector<float> logits(size_t(R) * V);
@@ -324,6 +329,14 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
     row.prompt_len = int(prompt.size());
     row.output_off = int(prompt.size());
     row.output_len = int(output.size());
+    row.bias_off = int(pool.size());
+    row.bias_len = int(p.logit_bias.size());
+    for (auto [t, b] : p.logit_bias) {
+      int32_t bits;
+      std::memcpy(&bits, &b, 4);
+      pool.push_back(t);
+      pool.push_back(bits);
+    }
   }
   Dev<float> dl(logits), work(size_t(R) * V);
   Dev<int32_t> flags(size_t(R) * V), counts(size_t(R) * V), dpool(pool);

@@ -127,6 +127,31 @@ TEST_CASE("penalties: repetition over prompt and output, presence and frequency 
   CHECK(draw(neg, p, 0, {0}).id == 1);
 }
 
+TEST_CASE("logit_bias moves the choice before penalties; logprobs stay raw") {
+  rs::SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 0;
+  std::vector<float> l = logits5();  // argmax 1 (3.0), then 2 (2.5)
+  p.logit_bias = {{2, 0.6f}};        // 3.1 > 3.0
+  rs::SampledToken t = draw(l, p, 0);
+  CHECK(t.id == 2);
+  CHECK(t.logprob == doctest::Approx(std::log(softmax(l)[2])).epsilon(1e-5));
+  p.logit_bias = {{2, 0.4f}};        // 2.9 < 3.0
+  CHECK(draw(l, p, 0).id == 1);
+  // Bias first, then the repetition penalty divides the biased logit: (2.5 + 0.7) / 2 = 1.6 < 3.
+  p.logit_bias = {{2, 0.7f}};
+  p.repetition_penalty = 2.0f;
+  CHECK(draw(l, p, 0, {2}).id == 1);
+  // -100 removes a token from sampling at any temperature.
+  p.repetition_penalty = 1.0f;
+  p.temperature = 1.0f;
+  p.logit_bias = {{1, -100.0f}, {2, -100.0f}};
+  for (uint64_t i = 0; i < 200; ++i) {
+    const int id = draw(l, p, i).id;
+    CHECK((id != 1 && id != 2));
+  }
+}
+
 TEST_CASE("logprobs are log-softmax of the raw logits, with the top n") {
   rs::SamplingParams p;
   p.temperature = 0.5f;  // must not affect logprobs

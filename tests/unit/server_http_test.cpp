@@ -235,7 +235,7 @@ TEST_CASE("every client error gets its status and OpenAI error object; the serve
   expect_error(c.Post("/v1/completions", R"({"prompt":[1,999999]})", "application/json"), 400, "prompt");
   expect_error(c.Post("/v1/completions", R"({"prompt":"x","stream_options":{"include_usage":true}})", "application/json"),
                400, "stream_options");
-  expect_error(c.Post("/v1/completions", R"({"prompt":"x","logit_bias":{"5":1}})", "application/json"), 400, "logit_bias");
+  expect_error(c.Post("/v1/completions", R"({"prompt":"x","logit_bias":{"5":100.5}})", "application/json"), 400, "logit_bias");
   expect_error(c.Post("/v1/chat/completions", R"({"messages":[]})", "application/json"), 400, "messages");
   expect_error(c.Post("/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"x"}]})", "application/json"),
                400, "messages[0].role");

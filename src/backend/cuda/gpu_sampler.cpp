@@ -64,6 +64,16 @@ void GpuSampler::enqueue(const float* logits, const std::vector<Request>& reqs, 
       r.output_len = static_cast<int>(st.output_tokens.size());
       pool.insert(pool.end(), st.output_tokens.begin(), st.output_tokens.end());
     }
+    if (!p.logit_bias.empty()) {
+      r.bias_off = static_cast<int>(pool.size());
+      r.bias_len = static_cast<int>(p.logit_bias.size());
+      for (auto [t, b] : p.logit_bias) {
+        pool.push_back(t);
+        int32_t bits;
+        std::memcpy(&bits, &b, 4);
+        pool.push_back(bits);
+      }
+    }
     rows_h_[i] = r;
     logprobs_wanted_[i] = p.logprobs;
   }

@@ -124,6 +124,26 @@ test('logprobs: chat top_logprobs and completions logprobs; greedy picks the mos
   assert.ok(elp.token_logprobs.slice(1).every((v) => typeof v === 'number' && v <= 0));
 });
 
+test('logit_bias: +100 forces a token at any temperature, -100 bans it; logprobs stay raw', async () => {
+  const id = (await postRaw('/tokenize', { prompt: ' rack', add_special_tokens: false })).json().tokens[0];
+  const piece = (await postRaw('/detokenize', { tokens: [id] })).json().prompt;
+  for (const temperature of [0, 1.0]) {
+    const r = await c.completions.create({
+      model: MODEL, prompt: 'Hi', max_tokens: 3, temperature, seed: 7, ignore_eos: true, logprobs: 1,
+      logit_bias: { [id]: 100 },
+    });
+    assert.equal(r.choices[0].text, piece.repeat(3));
+    // Raw logprobs of random weights over a 129K vocabulary: far from log(1) = 0.
+    assert.ok(r.choices[0].logprobs.token_logprobs.every((v) => v < -1), 'logprob includes the bias');
+  }
+  const free = await c.completions.create({ model: MODEL, prompt: 'Hi', max_tokens: 1, temperature: 0, ignore_eos: true });
+  const top = (await postRaw('/tokenize', { prompt: free.choices[0].text, add_special_tokens: false })).json().tokens[0];
+  const banned = await c.completions.create({
+    model: MODEL, prompt: 'Hi', max_tokens: 1, temperature: 0, ignore_eos: true, logit_bias: { [top]: -100 },
+  });
+  assert.notEqual(banned.choices[0].text, free.choices[0].text);
+});
+
 test('n = 2 returns two choices; with a seed they are reproducible', async () => {
   const req = { model: MODEL, prompt: 'Numbers:', max_tokens: 5, temperature: 1, seed: 7, n: 2, ignore_eos: true };
   const a = await c.completions.create(req);
