@@ -79,6 +79,13 @@ void launch_gemm_dense(const DenseGemmParams& p, int tile_tokens, int splits, cu
 
 void launch_expert_gemv(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t stream);
 void launch_expert_gemm(const ExpertGemmParams& p, bool fp8, cudaStream_t stream);
+// The cuBLASLt expert path (linear.cpp) reuses the group and combine steps of the grouped GEMM
+// and adds a row gather and an in-place SwiGLU (expert_lt_glue.cuh) around its GEMMs.
+void launch_expert_group(const ExpertGemmParams& p, cudaStream_t stream);
+void launch_expert_combine(const ExpertGemmParams& p, cudaStream_t stream);
+void launch_expert_gather_rows(const __nv_bfloat16* x, const int* pair_token, int pairs, int hidden,
+                               __nv_bfloat16* xs, cudaStream_t stream);
+void launch_swiglu_inplace(__nv_bfloat16* gu, int rows, int inter, cudaStream_t stream);
 
 // h[t, i] = silu(gu[t, i]) * gu[t, inter + i]: the shared experts' activation when they run as
 // linear() over concatenated [gate; up] weights.

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/ops/expert_gemm.cuh"
+#include "kernels/ops/expert_lt_glue.cuh"
 #include "kernels/ops/gemv_experts.cuh"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/matmul_pdl.cuh"
@@ -52,6 +53,15 @@ __global__ void expert_combine_kernel(ExpertGemmParams p) {
   pdl_wait();
   expert_combine_op(p);
 }
+
+// cuBLASLt expert path glue (plain launches: the neighbours are cuBLASLt kernels and a host
+// sync, so there is no PDL chain to join).
+__global__ void expert_gather_rows_kernel(const __nv_bfloat16* x, const int* pair_token, int hidden,
+                                          __nv_bfloat16* xs) {
+  expert_gather_rows_op(x, pair_token, hidden, xs);
+}
+
+__global__ void swiglu_inplace_kernel(__nv_bfloat16* gu, int rows, int inter) { swiglu_inplace_op(gu, rows, inter); }
 
 template <bool kFp8, int MT>
 void expert_gemv_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
@@ -116,6 +126,27 @@ void launch_expert_gemm(const ExpertGemmParams& p, bool fp8, cudaStream_t s) {
   if (fp8) expert_gemm_typed<true>(p, s);
   else expert_gemm_typed<false>(p, s);
   launch_pdl(expert_combine_kernel, dim3(p.m), dim3(256), 0, s, p);
+}
+
+void launch_expert_group(const ExpertGemmParams& p, cudaStream_t s) {
+  launch_pdl(expert_group_kernel, dim3(1), dim3(kMaxExperts), 0, s, p);
+}
+
+void launch_expert_combine(const ExpertGemmParams& p, cudaStream_t s) {
+  launch_pdl(expert_combine_kernel, dim3(p.m), dim3(256), 0, s, p);
+}
+
+void launch_expert_gather_rows(const __nv_bfloat16* x, const int* pair_token, int pairs, int hidden,
+                               __nv_bfloat16* xs, cudaStream_t s) {
+  if (pairs <= 0) return;
+  expert_gather_rows_kernel<<<pairs, 256, 0, s>>>(x, pair_token, hidden, xs);
+}
+
+void launch_swiglu_inplace(__nv_bfloat16* gu, int rows, int inter, cudaStream_t s) {
+  if (rows <= 0) return;
+  const int64_t n = int64_t(rows) * inter;
+  const int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
+  swiglu_inplace_kernel<<<grid, 256, 0, s>>>(gu, rows, inter);
 }
 
 }  // namespace rs::kern

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/linear.h"
 #include "bench/bench_commands.h"
 #include "common/error.h"
@@ -45,8 +46,34 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// --gemm-ab: time eagerly (stream order, no graph), because the cuBLASLt expert path reads the
+// routing back to the host and cannot be captured; both backends are timed the same way.
+bool g_eager = false;
+
+double time_eager(cudaStream_t s, int calls, int reps, const std::function<void(int)>& body) {
+  for (int i = 0; i < std::min(calls, 4); ++i) body(i);
+  ok(cudaStreamSynchronize(s), "warm-up");
+  cudaEvent_t a, b;
+  ok(cudaEventCreate(&a), "event");
+  ok(cudaEventCreate(&b), "event");
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    ok(cudaEventRecord(a, s), "record");
+    for (int i = 0; i < calls; ++i) body(i);
+    ok(cudaEventRecord(b, s), "record");
+    ok(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    ok(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms * 1e-3 / calls);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
 // Median seconds per call of `calls` invocations of body(i) captured into one graph.
 double time_graph(cudaStream_t s, int calls, int reps, const std::function<void(int)>& body) {
+  if (g_eager) return time_eager(s, calls, reps, body);
   for (int i = 0; i < std::min(calls, 4); ++i) body(i);  // one-time setup outside capture
   ok(cudaStreamSynchronize(s), "warm-up");
   cudaGraph_t g;
@@ -217,6 +244,76 @@ Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream
           2.0 * m * top_k * 3.0 * inter * hidden, sec};
 }
 
+// Large-m bf16 GEMMs on the built-in kernels against cuBLASLt, side by side (eager timing):
+// the V2-Lite prefill shapes at m = 8192, an m sweep for the auto thresholds, and the routed
+// experts with 1 and 4 lanes.
+void run_gemm_ab(bool quick, const std::string& json_path) {
+  int dev = 0;
+  ok(cudaGetDevice(&dev), "device");
+  cudaDeviceProp prop{};
+  ok(cudaGetDeviceProperties(&prop, dev), "properties");
+  cudaStream_t s;
+  ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const int reps = quick ? 5 : 11;
+  g_eager = true;
+  using rs::cuda::GemmBackend;
+  const GemmBackend saved = rs::cuda::gemm_backend();
+  const int saved_lanes = rs::cuda::cublaslt_lanes();
+  struct Ab { std::string op, shape; int m; double flops, own_s, lt_s; int lanes; };
+  std::vector<Ab> out;
+  const WeightType B = WeightType::BF16;
+  auto dense = [&](const std::string& name, int64_t rows, int64_t cols, int m) {
+    rs::cuda::set_gemm_backend(GemmBackend::Own);
+    const Row own = bench_dense(name, B, rows, cols, m, reps, s);
+    rs::cuda::set_gemm_backend(GemmBackend::CublasLt);
+    const Row lt = bench_dense(name, B, rows, cols, m, reps, s);
+    out.push_back({name, own.shape, m, own.flops, own.seconds, lt.seconds, 0});
+  };
+  auto moe = [&](int m, std::vector<int> lanes) {
+    rs::cuda::set_gemm_backend(GemmBackend::Own);
+    const Row own = bench_moe("moe_experts", B, m, reps, s);
+    rs::cuda::set_gemm_backend(GemmBackend::CublasLt);
+    for (int l : lanes) {
+      rs::cuda::set_cublaslt_lanes(l);
+      const Row lt = bench_moe("moe_experts", B, m, reps, s);
+      out.push_back({"moe_experts", own.shape, m, own.flops, own.seconds, lt.seconds, l});
+    }
+  };
+  struct Shape { const char* name; int64_t rows, cols; };
+  // What one V2-Lite prefill layer runs through linear() (the MLPs call gate and up separately).
+  const Shape prefill[] = {{"q_proj", 3072, 2048},      {"kv_a_proj", 576, 2048},     {"kv_b_proj", 4096, 512},
+                           {"o_proj", 2048, 2048},      {"shared_gate", 2816, 2048},  {"shared_down", 2048, 2816},
+                           {"dense_gate", 10944, 2048}, {"dense_down", 2048, 10944}};
+  for (const auto& sh : prefill) dense(sh.name, sh.rows, sh.cols, 8192);
+  for (int m : {16, 32, 64, 128, 256, 512, 1024, 2048}) {
+    dense("o_proj", 2048, 2048, m);
+    dense("shared_gate", 2816, 2048, m);
+    if (!quick) dense("kv_b_proj", 4096, 512, m);
+  }
+  moe(8192, {1, 2, 4, 8});
+  for (int m : {64, 128, 256, 512, 1024, 2048}) moe(m, {4});
+  rs::cuda::set_gemm_backend(saved);
+  rs::cuda::set_cublaslt_lanes(saved_lanes);
+  g_eager = false;
+
+  std::printf("GPU %s, %d SMs; bf16, eager stream timing (median of %d), own = built-in mma.sync kernels\n", prop.name,
+              prop.multiProcessorCount, reps);
+  std::printf("%-14s %5s %-22s %5s %10s %9s %10s %9s %7s\n", "op", "m", "shape", "lanes", "own us", "TFLOP/s",
+              "cuBLASLt us", "TFLOP/s", "speedup");
+  nlohmann::json js;
+  js["gpu"] = prop.name;
+  for (const auto& r : out) {
+    std::printf("%-14s %5d %-22s %5s %10.1f %9.1f %10.1f %9.1f %6.2fx\n", r.op.c_str(), r.m, r.shape.c_str(),
+                r.lanes ? std::to_string(r.lanes).c_str() : "-", r.own_s * 1e6, r.flops / r.own_s / 1e12, r.lt_s * 1e6,
+                r.flops / r.lt_s / 1e12, r.own_s / r.lt_s);
+    js["rows"].push_back({{"op", r.op}, {"m", r.m}, {"shape", r.shape}, {"lanes", r.lanes}, {"own_us", r.own_s * 1e6},
+                          {"cublaslt_us", r.lt_s * 1e6}, {"own_TFLOPs", r.flops / r.own_s / 1e12},
+                          {"cublaslt_TFLOPs", r.flops / r.lt_s / 1e12}});
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << js.dump(2) << "\n";
+  cudaStreamDestroy(s);
+}
+
 void run(bool quick, const std::string& json_path) {
   int dev = 0;
   ok(cudaGetDevice(&dev), "device");
@@ -332,7 +429,13 @@ void add_linear(CLI::App& bench) {
   auto json = std::make_shared<std::string>();
   cmd->add_flag("--quick", *quick, "fewer repetitions");
   cmd->add_option("--json", *json, "write the results as JSON");
-  cmd->callback([quick, json] { run(*quick, *json); });
+  auto ab = std::make_shared<bool>(false);
+  cmd->add_flag("--gemm-ab", *ab, "large-m bf16 GEMMs only: built-in kernels against cuBLASLt, side by side");
+  cmd->callback([quick, json, ab, experts] {
+    if (*ab) run_gemm_ab(*quick, *json);
+    else if (*experts) run_experts(*quick, *json);
+    else run(*quick, *json);
+  });
 }
 
 }  // namespace rs::bench

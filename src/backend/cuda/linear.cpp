@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cublaslt_gemm.h"
 #include "common/error.h"
 #include "kernels/ops/matmul_launch.h"
 
@@ -118,6 +119,159 @@ void check_experts(const MoeExperts& e, int top_k) {
                 std::to_string(top_k));
 }
 
+// ---- Large m through cuBLASLt (cublaslt_gemm.h) -------------------------------------------
+// bf16 only: Hopper cuBLASLt has no 128x128 block-scaled FP8, so FP8 weights stay on the
+// built-in kernels.
+
+bool stream_capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+// Dense linear() for m above the GEMV sizes on the vector path (16-byte aligned rows). Graph
+// capturable once the state exists (the warm-up call before capture creates it).
+bool linear_cublaslt(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16* y, cudaStream_t stream) {
+  if (w.type != WeightType::BF16) return false;
+  const GemmBackend b = gemm_backend();
+  if (b == GemmBackend::Own || (b == GemmBackend::Auto && m < cublaslt_min_tokens_dense())) return false;
+  if (!aligned16(y) || (w.rows * 2) % 16 != 0) return false;
+  if (!cublaslt_ready(stream)) return false;
+  return cublaslt_gemm_bf16(w.data, w.rows, w.cols, w.cols, x, w.cols, m, y, w.rows, stream, 0);
+}
+
+// Workspace of the cuBLASLt expert path. The gathered token rows `xs` and the expert outputs
+// `y` share one region: each expert's GEMMs read and write only its own rows [p0, p0 + n), and
+// its down GEMM (writing y) runs after its gate/up GEMM (reading xs) on the same stream. The
+// [gate | up] outputs `gu` become h in place (swiglu_inplace_op).
+struct LtExpertLayout {
+  size_t pair_token, pair_of, table, xs_y, gu, bytes;
+  int max_tiles, P;
+  LtExpertLayout(int m, int top_k, int num_experts, int hidden, int inter) {
+    P = m * top_k;
+    max_tiles = 1 + std::min(num_experts, P);  // one tile per active expert (tile_tokens = P)
+    size_t o = 0;
+    pair_token = o; o += align_up(size_t(P) * 4);
+    pair_of = o; o += align_up(size_t(P) * 4);
+    table = o; o += align_up(size_t(1 + 3 * max_tiles) * 4);  // n_tiles, tile_expert, tile_p0, tile_n
+    xs_y = o; o += align_up(size_t(P) * hidden * 2);
+    gu = o; o += align_up(size_t(P) * 2 * inter * 2);
+    bytes = o;
+  }
+};
+
+bool lt_experts_wanted(const MoeExperts& e, int m) {
+  if (e.type != WeightType::BF16 || m <= kern::expert_gemv_max_tokens()) return false;
+  const GemmBackend b = gemm_backend();
+  return b == GemmBackend::CublasLt || (b == GemmBackend::Auto && m >= cublaslt_min_tokens_experts());
+}
+
+// Routed experts as one cuBLASLt GEMM pair per active expert over its tokens, spread over
+// cublaslt_lanes() streams. The per-expert token counts are read back to the host (one small
+// copy and one stream sync per call), so this runs only outside graph capture: prefill is
+// eager; captured decode steps keep the built-in grouped GEMM. Returns false (nothing left
+// half done) when it does not apply, so the caller runs the built-in path.
+bool moe_experts_cublaslt(const MoeExperts& e, const __nv_bfloat16* x, int m, int top_k, const int* topk_ids,
+                          const float* topk_weights, __nv_bfloat16* out, const MoeWorkspace& ws, cudaStream_t stream) {
+  if (!lt_experts_wanted(e, m) || stream_capturing(stream)) return false;
+  const LtExpertLayout l(m, top_k, e.num_experts, e.hidden, e.inter);
+  if (ws.bytes < l.bytes) {
+    if (gemm_backend() == GemmBackend::CublasLt)
+      throw Error("moe_experts (cuBLASLt): workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
+                  std::to_string(l.bytes) + " needed for m=" + std::to_string(m) +
+                  "; size it with moe_workspace_bytes() after choosing the backend");
+    return false;
+  }
+  if (!cublaslt_ready(stream)) return false;
+  const int E = e.num_experts, hidden = e.hidden, inter = e.inter;
+  auto* base = static_cast<uint8_t*>(ws.ptr);
+  int* table = reinterpret_cast<int*>(base + l.table);
+  kern::ExpertGemmParams p;
+  p.experts = e;
+  p.x = x;
+  p.m = m;
+  p.top_k = top_k;
+  p.topk_ids = topk_ids;
+  p.topk_weights = topk_weights;
+  p.tile_tokens = l.P;  // one tile per active expert: (expert, first pair, count)
+  p.max_tiles = l.max_tiles;
+  p.pair_token = reinterpret_cast<int*>(base + l.pair_token);
+  p.pair_of = reinterpret_cast<int*>(base + l.pair_of);
+  p.n_tiles = table;
+  p.tile_expert = table + 1;
+  p.tile_p0 = table + 1 + l.max_tiles;
+  p.tile_n = table + 1 + 2 * l.max_tiles;
+  p.y = reinterpret_cast<__nv_bfloat16*>(base + l.xs_y);
+  p.out = out;
+  kern::launch_expert_group(p, stream);
+  check_launch("moe_experts (cuBLASLt group)");
+  // Read back the tile table and the expert matrices (device arrays) in one sync.
+  const size_t table_bytes = size_t(1 + 3 * l.max_tiles) * 4, arr_bytes = sizeof(DeviceMatrix) * E;
+  auto* host = static_cast<uint8_t*>(cublaslt_host_scratch(table_bytes + 3 * arr_bytes));
+  auto* mats = reinterpret_cast<DeviceMatrix*>(host);  // [gate E | up E | down E]
+  auto* ht = reinterpret_cast<int*>(host + 3 * arr_bytes);
+  const DeviceMatrix* arrays[3] = {e.gate, e.up, e.down};
+  for (int k = 0; k < 3; ++k)
+    if (cudaMemcpyAsync(mats + k * E, arrays[k], arr_bytes, cudaMemcpyDeviceToHost, stream) != cudaSuccess)
+      throw Error("moe_experts (cuBLASLt): cannot read the expert arrays back");
+  if (cudaMemcpyAsync(ht, table, table_bytes, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+      cudaStreamSynchronize(stream) != cudaSuccess)
+    throw Error(std::string("moe_experts (cuBLASLt): reading the routing counts back failed: ") +
+                cudaGetErrorString(cudaGetLastError()));
+  const int n_active = ht[0];
+  const int *t_expert = ht + 1, *t_p0 = ht + 1 + l.max_tiles, *t_n = ht + 1 + 2 * l.max_tiles;
+  for (int i = 0; i < n_active; ++i) {
+    const int ex = t_expert[i];
+    const DeviceMatrix &g = mats[ex], &u = mats[E + ex], &d = mats[2 * E + ex];
+    for (const DeviceMatrix* w : {&g, &u, &d})
+      if (w->type != WeightType::BF16 || !aligned16(w->data)) return false;  // validate_moe_experts() says why
+    if (g.rows != inter || u.rows != inter || g.cols != hidden || u.cols != hidden || d.rows != hidden ||
+        d.cols != inter)
+      return false;
+  }
+  int pairs = 0;
+  for (int i = 0; i < n_active; ++i) pairs = std::max(pairs, t_p0[i] + t_n[i]);
+  auto* xs_y = reinterpret_cast<__nv_bfloat16*>(base + l.xs_y);
+  auto* gu = reinterpret_cast<__nv_bfloat16*>(base + l.gu);
+  kern::launch_expert_gather_rows(x, p.pair_token, pairs, hidden, xs_y, stream);
+  check_launch("moe_experts (cuBLASLt gather)");
+  const int lanes = std::max(1, std::min(cublaslt_lanes(), n_active));
+  cublaslt_fork(stream, lanes);
+  bool ok = true;
+  // Largest experts first, dealt round-robin, so the lanes finish at about the same time.
+  std::vector<int> order(n_active);
+  for (int i = 0; i < n_active; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return t_n[a] > t_n[b]; });
+  for (int k = 0; k < n_active && ok; ++k) {
+    const int i = order[k], lane = k % lanes, ex = t_expert[i], p0 = t_p0[i], n = t_n[i];
+    const cudaStream_t s = cublaslt_lane_stream(lane, stream);
+    const DeviceMatrix &g = mats[ex], &u = mats[E + ex], &d = mats[2 * E + ex];
+    const __nv_bfloat16* xe = xs_y + int64_t(p0) * hidden;
+    __nv_bfloat16* gue = gu + int64_t(p0) * 2 * inter;
+    // [gate; up] stored back to back (the loader allocates them in a row) is one GEMM.
+    const bool stacked = static_cast<const uint8_t*>(u.data) == static_cast<const uint8_t*>(g.data) + int64_t(inter) * hidden * 2;
+    if (stacked) {
+      ok = cublaslt_gemm_bf16(g.data, 2 * inter, hidden, hidden, xe, hidden, n, gue, 2 * inter, s, lane);
+    } else {
+      ok = cublaslt_gemm_bf16(g.data, inter, hidden, hidden, xe, hidden, n, gue, 2 * inter, s, lane) &&
+           cublaslt_gemm_bf16(u.data, inter, hidden, hidden, xe, hidden, n, gue + inter, 2 * inter, s, lane);
+    }
+    if (!ok) break;
+    kern::launch_swiglu_inplace(gue, n, inter, s);
+    ok = cublaslt_gemm_bf16(d.data, hidden, inter, inter, gue, 2 * inter, n, xs_y + int64_t(p0) * hidden, hidden, s,
+                            lane);
+  }
+  cublaslt_join(stream, lanes);
+  check_launch("moe_experts (cuBLASLt experts)");
+  if (!ok) return false;  // the built-in path recomputes `out` from scratch after the join
+  kern::launch_expert_combine(p, stream);
+  check_launch("moe_experts (cuBLASLt combine)");
+  return true;
+}
+
 }  // namespace
 
 size_t linear_workspace_bytes(int m_max, int64_t max_rows, int64_t max_cols) {
@@ -154,6 +308,7 @@ void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16*
     check_launch("linear (gemv)");
     return;
   }
+  if (linear_cublaslt(w, x, m, y, stream)) return;  // large m, bf16 (cublaslt_gemm.h)
   const int bn = tile_tokens_for(m);
   const int64_t tiles = ((w.rows + kGemmBM - 1) / kGemmBM) * ((m + bn - 1) / bn);
   const int64_t k_tiles = (w.cols + kGemmBK - 1) / kGemmBK;
@@ -197,6 +352,10 @@ size_t moe_workspace_bytes(int m_max, int top_k, const MoeExperts& experts) {
     const ExpertGemmLayout l(m_max, top_k, experts.num_experts, experts.hidden, experts.inter, 16);
     bytes = std::max(bytes, l.bytes);
   }
+  if (lt_experts_wanted(experts, m_max)) {
+    const LtExpertLayout l(m_max, top_k, experts.num_experts, experts.hidden, experts.inter);
+    bytes = std::max(bytes, l.bytes);
+  }
   return std::max<size_t>(bytes, 256);
 }
 
@@ -210,6 +369,7 @@ void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int t
     throw Error("moe_experts: x, out, topk_ids, topk_weights and the workspace must be device pointers");
   if (!aligned16(x) || !aligned16(out) || !aligned16(ws.ptr))
     throw Error("moe_experts: x, out and the workspace must be 16-byte aligned");
+  if (moe_experts_cublaslt(experts, x, m, top_k, topk_ids, topk_weights, out, ws, stream)) return;
   const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
   if (m <= kern::expert_gemv_max_tokens()) {
     const size_t need = expert_gemv_bytes(m, top_k, experts.num_experts, experts.inter);
