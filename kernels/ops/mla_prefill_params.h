@@ -18,7 +18,18 @@ struct MlaPrefillParams {
   int heads = 0, nope = 0, rope = 0, vdim = 0;
   float scale = 1.0f;
 };
-size_t mla_prefill_smem_bytes(int nope, int rope, int vdim);
+// The kernel is compiled for fixed head dims (its fragments live in registers): (nope, rope, v) =
+// (128, 64, 128) (DeepSeek-V2/V3) and (32, 16, 32) (the tiny fixture models).
+bool mla_prefill_supported(int nope, int rope, int vdim);
+// Queues the kernel; rs::Error for head dims without a compiled kernel or a failed launch.
+// (Defined in src/backend/cuda/mla_prefill_launch.cpp: rs::Error needs C++20, the .cu files
+// are compiled as C++17.)
 void launch_mla_prefill(const MlaPrefillParams& p, cudaStream_t stream);
+// The launch itself (mla_prefill_kernels.cu): cudaErrorInvalidValue for unsupported head dims.
+// TEMPORARY A/B variants (removed with the old kernel after measurement): -1 = previous WMMA
+// kernel, 0 = default (4 warps x 16 rows, 64-key tiles, 2 blocks/SM), 1 = 32-key tiles (3
+// blocks/SM), 2 = 8 warps x 16 rows, 3 = 4 warps x 32 rows with 32-key tiles, 4 = 4 warps x 32
+// rows with 64-key tiles (V2 head dims only).
+cudaError_t mla_prefill_enqueue(const MlaPrefillParams& p, cudaStream_t stream, int variant);
 
 }  // namespace rs::cuda
