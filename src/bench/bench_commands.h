@@ -6,6 +6,5 @@ void add_forward(CLI::App& bench);    // src/bench/forward.cpp
 void add_allreduce(CLI::App& bench);  // src/bench/allreduce.cpp
 void add_linear(CLI::App& bench);     // src/bench/linear.cpp
 void add_mla_prefill(CLI::App& bench);  // src/bench/mla_prefill.cpp
-void add_mla_prefill(CLI::App& bench);  // src/bench/mla_prefill.cpp
 void add_serve(CLI::App& bench);      // src/bench/serve.cpp
 }  // namespace rs::bench

@@ -11,7 +11,6 @@ void add_bench(CLI::App& app) {
   bench::add_allreduce(*bench);
   bench::add_linear(*bench);
   bench::add_mla_prefill(*bench);
-  bench::add_mla_prefill(*bench);
   bench::add_serve(*bench);
 }
 }  // namespace rs::cli
