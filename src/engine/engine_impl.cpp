@@ -2,6 +2,7 @@
 // scheduler for a step, runs it on the backend and turns the results into channel events.
 // Nothing throws across a step: a request that cannot continue ends with an error event.
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <atomic>
 #include <cstdio>
@@ -39,6 +40,25 @@ uint64_t choice_seed(uint64_t seed, int choice) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+// min_tokens: the sampler sees EOS (unless ignored) and the stop tokens at -inf, on top of any
+// logit_bias the request has for them.
+SamplingParams with_stop_tokens_banned(const SamplingParams& p, const GenerationRequest& g,
+                                       const std::vector<int32_t>& eos_ids) {
+  SamplingParams out = p;
+  auto ban = [&](int32_t id) {
+    for (auto& [t, b] : out.logit_bias)
+      if (t == id) {
+        b = -INFINITY;
+        return;
+      }
+    out.logit_bias.emplace_back(id, -INFINITY);
+  };
+  if (!g.ignore_eos)
+    for (int32_t e : eos_ids) ban(e);
+  for (int32_t t : g.stop_token_ids) ban(t);
+  return out;
 }
 
 class EngineImpl final : public Engine {
@@ -241,6 +261,7 @@ void EngineImpl::admit(std::unique_ptr<Request> r) {
     s->tokens = g.prompt;
     s->sampling = g.sampling;
     s->sampling.seed = choice_seed(g.sampling.seed, c);
+    if (g.min_tokens > 0) s->sampling_min = with_stop_tokens_banned(s->sampling, g, eos_ids_);
     if (tok_) s->decoder.emplace(*tok_, g.skip_special_tokens);
     s->stop = StopChecker(g.stop, g.include_stop_str_in_output);
     s->awaiting_fork = share_prompt && c == 0;
@@ -324,7 +345,8 @@ void EngineImpl::step() {
     // Position p's logits score prompt token p + 1: only the prefill up to P - 1 matters.
     want_logits[i] = r->req.prompt_logprobs && !r->prompt_logprobs_done && s->num_computed < r->prompt_len() - 1;
     st.return_logits = want_logits[i];
-    st.sampling.params = &s->sampling;
+    st.sampling.params =
+        static_cast<int>(s->output_tokens.size()) < r->req.min_tokens ? &s->sampling_min : &s->sampling;
     st.sampling.prompt_tokens = r->req.prompt;
     st.sampling.output_tokens = s->output_tokens;
     st.sampling.draw_index = s->output_tokens.size();
@@ -403,12 +425,18 @@ void EngineImpl::on_sampled(Sequence* s, const SampledToken& tok, Clock::time_po
   ev.token_ids.push_back(id);
   if (g.sampling.logprobs >= 0) ev.logprobs.push_back(TokenLogprob{id, tok.logprob, tok.top});
 
+  // Before min_tokens (vLLM): EOS and stop tokens were banned from sampling, and stop strings
+  // are looked for only from the min_tokens-th token on; earlier text passes straight through.
+  const int produced = static_cast<int>(s->output_tokens.size());
+  const bool may_stop = produced > g.min_tokens, check_strings = produced >= g.min_tokens;
   const bool is_eos = !g.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
   const bool is_stop_token = std::find(g.stop_token_ids.begin(), g.stop_token_ids.end(), id) != g.stop_token_ids.end();
   FinishReason finish = FinishReason::None;
-  if (is_eos || is_stop_token) {
+  if (may_stop && (is_eos || is_stop_token)) {
     // The stop token itself is not part of the text (vLLM), only of the token ids.
     finish = FinishReason::Stop;
+  } else if (s->decoder && !check_strings) {
+    ev.text = s->stop.flush() + s->decoder->push(id);
   } else if (s->decoder) {
     ev.text = s->stop.push(s->decoder->push(id));
     if (s->stop.matched()) finish = FinishReason::Stop;

@@ -63,6 +63,7 @@ struct Sequence {
   bool counted_prefix_query = false;    // prefix-cache query counted once per request choice
 
   SamplingParams sampling;              // per choice: the seed is derived from the choice index
+  SamplingParams sampling_min;          // the same with EOS and stop tokens banned, until min_tokens
   std::optional<IncrementalDecoder> decoder;
   StopChecker stop;
   FinishReason finish = FinishReason::None;

@@ -33,6 +33,13 @@ void validate_request(const GenerationRequest& req, const RequestLimits& lim) {
                 " tokens. However, you requested " + std::to_string(static_cast<int64_t>(P) + req.max_tokens) +
                 " tokens (" + std::to_string(P) + " in the prompt, " + std::to_string(req.max_tokens) +
                 " in the completion). Please reduce the length of the prompt or max_tokens.");
+  if (req.min_tokens < 0 || req.min_tokens > req.max_tokens)
+    throw Error("min_tokens: must be in [0, max_tokens = " + std::to_string(req.max_tokens) + "] (got " +
+                std::to_string(req.min_tokens) + ")");
+  for (const auto& [t, b] : sp.logit_bias)
+    if (t < 0 || t >= lim.vocab_size || std::isnan(b))
+      throw Error("logit_bias: token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                  std::to_string(lim.vocab_size) + ") or its bias is NaN");
   const int64_t blocks = (static_cast<int64_t>(P) + req.max_tokens + lim.block_size - 1) / lim.block_size;
   if (blocks > lim.num_kv_blocks)
     throw Error("request needs " + std::to_string(blocks) + " KV blocks of " + std::to_string(lim.block_size) +

@@ -110,8 +110,6 @@ void reject_unsupported(const json& body) {
   }
   if (const json* f = field(body, "suffix"); f && !(f->is_string() && f->get<std::string>().empty()))
     bad("suffix", "'suffix' is not supported");
-  if (const json* f = field(body, "min_tokens"); f && !(f->is_number_integer() && f->get<int64_t>() == 0))
-    bad("min_tokens", "'min_tokens' is not supported");
 }
 
 void parse_stop(const json& body, GenerationRequest& g, const ModelContext& ctx) {
@@ -177,6 +175,7 @@ void parse_common(const json& body, const ModelContext& ctx, ParsedRequest& r) {
   s.frequency_penalty = float(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
   s.repetition_penalty = float(get_number(body, "repetition_penalty", 1.0, 0.0, 10.0, true));
   parse_logit_bias(body, s, ctx);
+  g.min_tokens = int(get_int(body, "min_tokens", 0, std::numeric_limits<int32_t>::max()).value_or(0));
   if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(),
                           std::numeric_limits<int64_t>::max())) {
     s.seed = static_cast<uint64_t>(*seed);
@@ -449,6 +448,10 @@ GenerationRequest make_generation_request(const ParsedRequest& r, size_t i, cons
   } else {
     g.max_tokens = m - p;
   }
+  if (g.min_tokens > g.max_tokens)
+    throw ApiError(400, "min_tokens (" + std::to_string(g.min_tokens) + ") must be at most max_tokens (" +
+                            std::to_string(g.max_tokens) + ")",
+                   "min_tokens");
   return g;
 }
 

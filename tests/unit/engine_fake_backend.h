@@ -5,6 +5,7 @@
 // changes the output. The next token is a hash of the context (and of seed + draw index when
 // sampling), so the expected output of any request can be computed without the engine.
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -112,6 +113,14 @@ class FakeBackend : public Backend {
         SampledToken t;
         t.id = script_.empty() ? fake_next(ctx, *s.sampling.params, s.sampling.draw_index, spec_.vocab_size)
                                : script_[s.sampling.draw_index % script_.size()];
+        // A token the sampler could never pick (bias -inf, as min_tokens bans stop tokens) is
+        // replaced by the next id up that it could.
+        auto banned = [&](int32_t id) {
+          for (auto [b, v] : s.sampling.params->logit_bias)
+            if (b == id && v == -INFINITY) return true;
+          return false;
+        };
+        for (int tries = 0; banned(t.id) && tries < spec_.vocab_size; ++tries) t.id = (t.id + 1) % spec_.vocab_size;
         t.logprob = -0.5f;
         for (int j = 0; j < s.sampling.params->logprobs; ++j) t.top.emplace_back(j, -1.0f - j);
         out[k].token = t;

@@ -97,6 +97,22 @@ TEST_CASE("a stop string that never appears: the held-back tail is flushed at ma
   CHECK(c.choices[0].finish == FinishReason::Length);
 }
 
+TEST_CASE("min_tokens: stop strings count only from the min_tokens-th token on") {
+  TextFixture f(kStory);
+  const int n = static_cast<int>(f.tok->encode(kStory, false).size());
+  const int upto_end = static_cast<int>(f.tok->encode("Once upon a time, the END", false).size());
+  GenerationRequest r = f.request(n);
+  r.stop = {"END"};
+  r.min_tokens = upto_end + 1;  // END is complete before the check starts: it passes through
+  auto c = collect(*f.engine->submit(r));
+  CHECK(c.choices[0].text == kStory);
+  CHECK(c.choices[0].finish == FinishReason::Length);
+  r.min_tokens = upto_end;  // the token completing END is the first one checked
+  c = collect(*f.engine->submit(r));
+  CHECK(c.choices[0].text == "Once upon a time, the ");
+  CHECK(c.choices[0].finish == FinishReason::Stop);
+}
+
 TEST_CASE("the tokenizer's eos ends generation and adds no text") {
   TextFixture f("ab");
   auto eos = f.tok->eos_ids();

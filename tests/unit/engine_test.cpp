@@ -262,6 +262,26 @@ TEST_CASE("stop token ids, eos and max_tokens end a choice with the right reason
   CHECK(found);
 }
 
+TEST_CASE("min_tokens bans eos and stop tokens until that many tokens exist, then they stop again") {
+  Fixture f;
+  // eos is 100 for the fake; 42 is a stop token; a banned token becomes the next id up.
+  f.fake->set_script({5, 100, 42, 7, 42, 9});
+  GenerationRequest g = greedy_request(make_prompt(4, 1), 20);
+  g.ignore_eos = false;
+  g.stop_token_ids = {42};
+  auto c0 = collect(*f.engine->submit(g));
+  CHECK(c0.choices[0].tokens == std::vector<int32_t>{5, 100});
+  g.min_tokens = 3;  // tokens 2 and 3 may not stop: 100 -> 0, 42 -> 43; token 5 may
+  auto c1 = collect(*f.engine->submit(g));
+  CHECK(c1.choices[0].tokens == std::vector<int32_t>{5, 0, 43, 7, 42});
+  CHECK(c1.choices[0].finish == FinishReason::Stop);
+  g.ignore_eos = true;  // eos is then an ordinary token, never banned
+  auto c2 = collect(*f.engine->submit(g));
+  CHECK(c2.choices[0].tokens == std::vector<int32_t>{5, 100, 43, 7, 42});
+  g.min_tokens = 21;
+  CHECK_THROWS_WITH_AS(f.engine->submit(g), doctest::Contains("min_tokens"), Error);
+}
+
 TEST_CASE("logprobs and prompt logprobs are passed through and computed from the prefill logits") {
   EngineConfig cfg;
   cfg.max_num_batched_tokens = 8;  // prompt logprobs across several prefill chunks

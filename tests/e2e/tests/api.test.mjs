@@ -144,6 +144,21 @@ test('logit_bias: +100 forces a token at any temperature, -100 bans it; logprobs
   assert.notEqual(banned.choices[0].text, free.choices[0].text);
 });
 
+test('min_tokens: a stop token cannot end the choice before min_tokens', async () => {
+  const free = await c.completions.create({ model: MODEL, prompt: [5, 17, 300], max_tokens: 6, temperature: 0, ignore_eos: true, logprobs: 0 });
+  // The greedy second token as a stop token ends the choice at two tokens...
+  const second = (await postRaw('/tokenize', { prompt: free.choices[0].logprobs.tokens[1], add_special_tokens: false })).json().tokens;
+  assert.equal(second.length, 1, 'the greedy second token re-tokenizes to one id');
+  const stopped = await c.completions.create({
+    model: MODEL, prompt: [5, 17, 300], max_tokens: 6, temperature: 0, ignore_eos: true, stop_token_ids: second });
+  assert.equal(stopped.usage.completion_tokens, 2);
+  assert.equal(stopped.choices[0].finish_reason, 'stop');
+  // ...unless min_tokens asks for more.
+  const held = await c.completions.create({
+    model: MODEL, prompt: [5, 17, 300], max_tokens: 6, temperature: 0, ignore_eos: true, stop_token_ids: second, min_tokens: 4 });
+  assert.ok(held.usage.completion_tokens >= 4);
+});
+
 test('n = 2 returns two choices; with a seed they are reproducible', async () => {
   const req = { model: MODEL, prompt: 'Numbers:', max_tokens: 5, temperature: 1, seed: 7, n: 2, ignore_eos: true };
   const a = await c.completions.create(req);
