@@ -120,7 +120,9 @@ void check_dense(const DenseCase& c, uint64_t seed) {
 // ---- routed experts --------------------------------------------------------------------------
 
 // E experts; `stacked` puts each expert's gate and up back to back in one allocation (as the
-// weight loader does), which the cuBLASLt path runs as one GEMM; otherwise two GEMMs.
+// weight loader does), which the cuBLASLt path runs as one GEMM; otherwise up comes first and
+// gate after it, so they are not [gate; up] and take two GEMMs. Without `host_copies` the
+// weights are filled on the GPU (V2-Lite sizes: 1.1 GB would take the host too long).
 struct Experts {
   int E, hidden, inter, top_k;
   std::vector<std::vector<uint16_t>> gate, up, down;  // host copies for the reference
@@ -128,7 +130,8 @@ struct Experts {
   std::unique_ptr<DeviceBuf<DeviceMatrix>> dg, du, dd;
   rs::cuda::MoeExperts set;
 
-  Experts(int e, int hid, int in, int k, bool stacked, Rng& rng) : E(e), hidden(hid), inter(in), top_k(k) {
+  Experts(int e, int hid, int in, int k, bool stacked, Rng& rng, bool host_copies = true)
+      : E(e), hidden(hid), inter(in), top_k(k) {
     std::vector<DeviceMatrix> hg, hu, hd;
     auto mat = [](const void* p, int64_t r, int64_t c) {
       DeviceMatrix m;
@@ -140,24 +143,28 @@ struct Experts {
     };
     const size_t gsz = size_t(inter) * hidden;
     for (int i = 0; i < E; ++i) {
-      gate.push_back(rng.bf16(gsz));
-      up.push_back(rng.bf16(gsz));
-      down.push_back(rng.bf16(gsz));
-      if (stacked) {
-        std::vector<uint16_t> gu(gate.back());
-        gu.insert(gu.end(), up.back().begin(), up.back().end());
-        bufs.push_back(std::make_unique<DeviceBuf<uint16_t>>(gu));
-        hg.push_back(mat(bufs.back()->ptr, inter, hidden));
-        hu.push_back(mat(bufs.back()->ptr + gsz, inter, hidden));
+      auto pair = std::make_unique<DeviceBuf<uint16_t>>(2 * gsz);
+      auto dn = std::make_unique<DeviceBuf<uint16_t>>(gsz);
+      if (host_copies) {
+        gate.push_back(rng.bf16(gsz));
+        up.push_back(rng.bf16(gsz));
+        down.push_back(rng.bf16(gsz));
+        std::vector<uint16_t> both(stacked ? gate.back() : up.back());
+        const auto& second = stacked ? up.back() : gate.back();
+        both.insert(both.end(), second.begin(), second.end());
+        pair->upload(both);
+        dn->upload(down.back());
       } else {
-        bufs.push_back(std::make_unique<DeviceBuf<uint16_t>>(gate.back()));
-        hg.push_back(mat(bufs.back()->ptr, inter, hidden));
-        bufs.push_back(std::make_unique<DeviceBuf<uint16_t>>(up.back()));
-        hu.push_back(mat(bufs.back()->ptr, inter, hidden));
+        rs::kern::launch_fill_random(pair->ptr, 2 * gsz * 2, 1000 + 2 * i, false, nullptr);
+        rs::kern::launch_fill_random(dn->ptr, gsz * 2, 1001 + 2 * i, false, nullptr);
       }
-      bufs.push_back(std::make_unique<DeviceBuf<uint16_t>>(down.back()));
-      hd.push_back(mat(bufs.back()->ptr, hidden, inter));
+      hg.push_back(mat(pair->ptr + (stacked ? 0 : gsz), inter, hidden));
+      hu.push_back(mat(pair->ptr + (stacked ? gsz : 0), inter, hidden));
+      hd.push_back(mat(dn->ptr, hidden, inter));
+      bufs.push_back(std::move(pair));
+      bufs.push_back(std::move(dn));
     }
+    cuda_ok(cudaDeviceSynchronize(), "expert weights");
     dg = std::make_unique<DeviceBuf<DeviceMatrix>>(hg);
     du = std::make_unique<DeviceBuf<DeviceMatrix>>(hu);
     dd = std::make_unique<DeviceBuf<DeviceMatrix>>(hd);
@@ -247,7 +254,7 @@ int active_experts(const std::vector<int>& ids, int E) {
 void check_moe(int E, int hidden, int inter, int top_k, int m, bool stacked, int lanes, bool with_invalid,
                bool host_reference, uint64_t seed) {
   Rng rng(seed);
-  Experts ex(E, hidden, inter, top_k, stacked, rng);
+  Experts ex(E, hidden, inter, top_k, stacked, rng, host_reference);
   std::vector<int> ids;
   std::vector<float> w;
   ex.route(m, rng, ids, w, with_invalid);
@@ -367,6 +374,57 @@ TEST_CASE("cuBLASLt falls back to the own kernels for FP8 and under graph captur
   const double rel = rel_between(out.download(), eager.out);
   INFO("graph replay (own) vs eager cuBLASLt rel=" << rel);
   CHECK(rel <= kTolerance);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("cuBLASLt dense linear() is captured into a CUDA graph and replays with new inputs") {
+  if (skip_gpu("dense graph")) return;
+  BackendGuard guard;
+  rs::cuda::set_gemm_backend(GemmBackend::CublasLt);
+  Rng rng(21);
+  const int64_t rows = 1032, cols = 520;
+  const int m = 300;
+  auto wh = rng.bf16(size_t(rows * cols));
+  DeviceBuf<uint16_t> w(wh), x(rng.bf16(size_t(m) * cols)), y(size_t(m) * rows), y_eager(size_t(m) * rows);
+  DeviceMatrix dm;
+  dm.type = WeightType::BF16;
+  dm.rows = rows;
+  dm.cols = cols;
+  dm.data = w.ptr;
+  const size_t wsb = rs::cuda::linear_workspace_bytes(m, rows, cols);
+  DeviceBuf<uint8_t> ws(wsb);
+  cudaStream_t s;
+  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  auto call = [&](DeviceBuf<uint16_t>& out) {
+    rs::cuda::linear(dm, reinterpret_cast<const __nv_bfloat16*>(x.ptr), m, reinterpret_cast<__nv_bfloat16*>(out.ptr),
+                     {ws.ptr, wsb}, s);
+  };
+  call(y);  // warm-up outside capture: cuBLASLt state and the algorithm
+  cuda_ok(cudaStreamSynchronize(s), "warm-up");
+  const uint64_t before = rs::cuda::cublaslt_matmul_count();
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  call(y);
+  cuda_ok(cudaStreamEndCapture(s, &g), "end capture");
+  CHECK(rs::cuda::cublaslt_matmul_count() == before + 1);  // captured, not replaced by the own GEMM
+  cuda_ok(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+  for (int round = 0; round < 2; ++round) {
+    x.upload(rng.bf16(size_t(m) * cols));  // new inputs in place
+    y.poison();
+    cuda_ok(cudaGraphLaunch(ge, s), "replay");
+    cuda_ok(cudaStreamSynchronize(s), "replay");
+    y_eager.poison();
+    call(y_eager);
+    cuda_ok(cudaStreamSynchronize(s), "eager");
+    const auto a = y.download(), b = y_eager.download();
+    const auto st = relative_error(a, to_double(b));
+    INFO("dense graph replay round " << round << " rel=" << st.rel << " nan=" << st.nan);
+    CHECK(st.nan == 0);
+    CHECK(st.rel <= kTolerance);  // a stale replay (old inputs) would be off by ~100%
+  }
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   cudaStreamDestroy(s);

@@ -19,9 +19,14 @@
 namespace rs::cuda {
 namespace {
 
-// Measured on an H200 (docs/perf/matmul.md, cuBLASLt section).
-std::atomic<int> g_min_dense{256};
-std::atomic<int> g_min_experts{512};
+// Measured on an H200 (docs/perf/matmul.md, cuBLASLt section, 2026-11-30 01:52 UTC):
+// dense, cuBLASLt wins at every m from 16 (1.05-1.5x up to 64, 1.65-1.9x at 128, 2.6-3.4x at
+// 8192); the threshold stays at 128 so batched decode (m <= 64, graph-captured with PDL chains
+// between the built-in kernels) keeps its own tuned path. Experts: one GEMM pair per expert
+// costs ~1.7 ms of host issue per MoE layer, so the built-in grouped GEMM wins up to m = 2048
+// (1111 vs 1699 us) and cuBLASLt from somewhere below 8192 (2259 vs 3743 us).
+std::atomic<int> g_min_dense{128};
+std::atomic<int> g_min_experts{4096};
 std::atomic<int> g_lanes{4};
 std::atomic<uint64_t> g_matmuls{0};
 constexpr size_t kLaneWorkspace = size_t(32) << 20;  // cuBLASLt's recommendation for Hopper
