@@ -30,6 +30,9 @@ struct AllReduceCliOptions {
   std::string oneshot_max;
   std::string two_shot_max;
   bool hang_selftest = false;
+  int fused_threads = 128;
+  std::string fused_variant = "cluster";
+  int fused_span = 0;
 };
 
 // "14K" -> 14336; K, M, G are binary; an optional trailing B.
@@ -132,6 +135,12 @@ void run(const AllReduceCliOptions& o) {
   parallel::CommConfig cfg;
   cfg.pdl = !o.no_pdl;
   cfg.enable_nccl = !o.no_nccl;
+  cfg.fused_threads = o.fused_threads;
+  cfg.fused_span = o.fused_span;
+  if (o.fused_variant == "cluster") cfg.fused_variant = parallel::FusedVariant::cluster;
+  else if (o.fused_variant == "workspace") cfg.fused_variant = parallel::FusedVariant::workspace;
+  else if (o.fused_variant == "whole-row") cfg.fused_variant = parallel::FusedVariant::whole_row;
+  else throw Error("--fused-variant " + o.fused_variant + ": expected cluster, workspace or whole-row");
   if (!o.oneshot_max.empty()) cfg.dispatch.oneshot_max_bytes = parse_size(o.oneshot_max);
   if (!o.two_shot_max.empty()) cfg.dispatch.two_shot_max_bytes = parse_size(o.two_shot_max);
   ArBenchOptions bopt;
@@ -142,8 +151,10 @@ void run(const AllReduceCliOptions& o) {
 
   cudaDeviceProp prop{};
   parallel::cuda_check(cudaGetDeviceProperties(&prop, topo.device_of(0)), "cudaGetDeviceProperties");
-  std::printf("rackserve bench allreduce  %s  %s  %s  pdl=%s  GPUs: %d x %s  nccl: %s\n",
+  std::printf("rackserve bench allreduce  %s  %s  %s  pdl=%s  fused=%s  GPUs: %d x %s  nccl: %s\n",
               utc_now().c_str(), topo.describe().c_str(), o.dtype.c_str(), cfg.pdl ? "on" : "off",
+              (std::string(parallel::fused_variant_name(cfg.fused_variant)) + "/" + std::to_string(cfg.fused_threads) +
+               (cfg.fused_span ? " span " + std::to_string(cfg.fused_span) : std::string())).c_str(),
               topo.num_devices(), prop.name, comm.nccl_status().c_str());
   const auto results = run_allreduce_bench(comm, bopt);
 
@@ -190,6 +201,10 @@ void add_allreduce(CLI::App& bench) {
   cmd->add_flag("--no-nccl", opts->no_nccl, "do not load NCCL");
   cmd->add_option("--oneshot-max", opts->oneshot_max, "dispatcher: largest one-shot message");
   cmd->add_option("--two-shot-max", opts->two_shot_max, "dispatcher: largest two-shot message (NCCL above)");
+  cmd->add_option("--fused-threads", opts->fused_threads, "fused: threads per row chunk (multiple of 32, 32..512)");
+  cmd->add_option("--fused-span", opts->fused_span, "fused: CTAs per row (0: chosen from rows and grid)");
+  cmd->add_option("--fused-variant", opts->fused_variant,
+                  "fused: cluster (row split, DSMEM), workspace (row split, partials via the workspace), whole-row (A/B)");
   cmd->add_flag("--hang-selftest", opts->hang_selftest,
                 "run rank 0 of 2 alone: the bounded spin-wait must print its diagnostic and trap");
   cmd->callback([opts] { run(*opts); });

@@ -46,7 +46,19 @@ const char* algo_name(AllReduceAlgo a) {
   return "?";
 }
 
+const char* fused_variant_name(FusedVariant v) {
+  switch (v) {
+    case FusedVariant::cluster: return "cluster";
+    case FusedVariant::workspace: return "workspace";
+    case FusedVariant::whole_row: return "whole-row";
+  }
+  return "?";
+}
+
 Comm::Comm(const Topology& topo, const CommConfig& config) : topo_(topo), config_(config) {
+  if (config.fused_threads < 32 || config.fused_threads > comm::kFusedMaxThreads || config.fused_threads % 32 != 0)
+    throw Error("comm config: fused_threads " + std::to_string(config.fused_threads) +
+                " must be a multiple of 32 in 32.." + std::to_string(comm::kFusedMaxThreads));
   enable_peer_access(topo.devices());
   {
     int current = 0;
@@ -71,7 +83,7 @@ Comm::Comm(const Topology& topo, const CommConfig& config) : topo_(topo), config
         topo, t, LamportShape{n, round_up(config.oneshot_capacity_bytes, comm::kVecBytes), oneshot_ctas},
         config.timeout_ns));
     fused_.push_back(std::make_unique<LamportWorkspace>(
-        topo, t, LamportShape{n, round_up(config.fused_capacity_bytes, comm::kVecBytes), fused_ctas},
+        topo, t, LamportShape{n + 1, round_up(config.fused_capacity_bytes, comm::kVecBytes), fused_ctas},
         config.timeout_ns));
     two_shot_.push_back(std::make_unique<LamportWorkspace>(
         topo, t,
@@ -173,8 +185,40 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
   if (rows_per_piece == 0)
     throw Error("fused all-reduce+rmsnorm: a row of " + std::to_string(row_bytes) +
                 " bytes exceeds the fused workspace capacity (" + std::to_string(ws.region_bytes()) + " bytes)");
-  const uint32_t per_thread = (row_vecs + comm::kFusedMaxThreads - 1) / comm::kFusedMaxThreads;
-  const int threads = static_cast<int>(round_up((row_vecs + per_thread - 1) / per_thread, 32));
+  // The row split. Rows are spread over the grid first (groups of CTAs work on different rows
+  // at once); the CTAs left per row split it, so a single decode row spreads its polls over up
+  // to 8 CTAs, while a batch of >= grid rows gets one CTA per row. A chunk is at least
+  // fused_threads vectors; a cluster is a power of two <= 8 that divides the grid.
+  const FusedVariant variant = config_.fused_variant;
+  const uint32_t rows_per_call = static_cast<uint32_t>(std::min<uint64_t>(a.rows, rows_per_piece));
+  const uint32_t ctas = static_cast<uint32_t>(ws.ctas());
+  const uint32_t useful = (row_vecs + config_.fused_threads - 1) / config_.fused_threads;
+  uint32_t span = std::max(1u, std::min(ctas / rows_per_call, variant == FusedVariant::cluster ? 8u : ctas));
+  if (variant == FusedVariant::cluster) {
+    uint32_t cap = 1;
+    while (cap < useful) cap *= 2;  // a power of two covering the useful chunks
+    span = std::min(span, cap);
+    uint32_t p2 = 1;
+    while (p2 * 2 <= span) p2 *= 2;
+    span = p2;
+    while (ctas % span != 0) span /= 2;
+  } else {
+    span = std::min(span, useful);
+  }
+  if (config_.fused_span > 0) {  // forced (tests, benchmarks)
+    span = static_cast<uint32_t>(config_.fused_span);
+    if (span > ctas || span > row_vecs || (variant == FusedVariant::cluster && (span > 8 || (span & (span - 1)) || ctas % span)))
+      throw Error("fused all-reduce+rmsnorm: fused_span " + std::to_string(span) + " does not fit hidden " +
+                  std::to_string(a.hidden) + " on " + std::to_string(ctas) + " CTAs");
+  }
+  const uint32_t chunk_vecs = (row_vecs + span - 1) / span;
+  const int per_thread = chunk_vecs <= comm::kFusedMaxThreads ? 1 : chunk_vecs <= 2 * comm::kFusedMaxThreads ? 2 : 4;
+  int threads = static_cast<int>(round_up((chunk_vecs + per_thread - 1) / per_thread, 32));
+  const int cluster = variant == FusedVariant::cluster ? static_cast<int>(span) : 0;
+  if (variant == FusedVariant::whole_row) {
+    const uint32_t pt = (row_vecs + comm::kFusedMaxThreads - 1) / comm::kFusedMaxThreads;
+    threads = static_cast<int>(round_up((row_vecs + pt - 1) / pt, 32));
+  }
   const comm::LamportView view = ws.view(rank);
   for (uint64_t row = 0; row < a.rows; row += rows_per_piece) {
     const uint32_t rows = static_cast<uint32_t>(std::min<uint64_t>(rows_per_piece, a.rows - row));
@@ -188,9 +232,13 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
     p.normed = static_cast<char*>(a.normed) + off;
     p.rows = rows;
     p.hidden = a.hidden;
+    p.chunk_vecs = chunk_vecs;
     p.eps = a.eps;
     p.type = type;
-    cuda_check(comm::launch_fused_allreduce_rmsnorm(p, {ws.ctas(), threads, config_.pdl}, stream),
+    const comm::LaunchShape shape{ws.ctas(), threads, config_.pdl};
+    cuda_check(variant == FusedVariant::whole_row
+                   ? comm::launch_fused_allreduce_rmsnorm_whole_row(p, shape, stream)
+                   : comm::launch_fused_allreduce_rmsnorm(p, shape, per_thread, cluster, stream),
                "fused all-reduce+rmsnorm launch on rank " + std::to_string(rank));
   }
 }

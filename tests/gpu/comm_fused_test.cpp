@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <memory>
 
 #include "common/error.h"
@@ -67,19 +68,41 @@ TEST_SUITE("gpu.comm") {
 
 TEST_CASE("fused all-reduce + residual + RMSNorm equals the fp64 reference; ranks agree bit for bit") {
   if (!have_two_gpus()) return;
-  struct Shape { int tp, trays; uint32_t rows, hidden; DType t; bool in_place; };
+  // A row is split over `span` CTAs (one chunk each): up to 8 for a single row on the default 32-CTA
+  // grid, fewer as rows fill the grid. max_ctas shrinks the grid; span > 0 forces the split, so
+  // one group of CTAs walks several rows (the cluster's partial slots alternate by row parity,
+  // the workspace's partials are per row).
+  struct Shape { int tp, trays, max_ctas, span; uint32_t rows, hidden; DType t; bool in_place; };
   const Shape shapes[] = {
-      {2, 1, 1, 7168, DType::BF16, false}, {2, 1, 3, 7168, DType::BF16, true},
-      {2, 1, 40, 7168, DType::BF16, false},  // more rows than CTAs: rows dealt round-robin
-      {2, 1, 2, 16, DType::BF16, false},     {2, 1, 5, 4096, DType::F32, false},
-      {2, 1, 1, 7168, DType::F32, false},    {2, 1, 200, 7168, DType::BF16, false},  // > 1 MiB: two pieces
-      {4, 2, 3, 7168, DType::BF16, false},   {8, 2, 2, 7168, DType::BF16, false},
+      {2, 1, 0, 0, 1, 7168, DType::BF16, false},  // 8 CTAs of 112 vectors
+      {2, 1, 0, 0, 3, 7168, DType::BF16, true},
+      {2, 1, 0, 0, 40, 7168, DType::BF16, false},  // one CTA per row, rows dealt round-robin
+      {2, 1, 0, 8, 40, 7168, DType::BF16, false},  // 4 groups of 8 CTAs, 10 rows each
+      {2, 1, 0, 2, 40, 4096, DType::F32, false},   // 16 groups of 2 CTAs, 2-3 rows each
+      {2, 1, 0, 0, 2, 16, DType::BF16, false},     // one chunk: no exchange
+      {2, 1, 0, 0, 5, 4096, DType::F32, false},
+      {2, 1, 0, 0, 1, 7168, DType::F32, false},
+      {2, 1, 0, 0, 200, 7168, DType::BF16, false},  // > 1 MiB: two pieces
+      {2, 1, 0, 0, 3, 7176, DType::BF16, false},   // uneven chunks
+      {2, 1, 0, 0, 1, 16384, DType::BF16, false},
+      {2, 1, 2, 0, 1, 16384, DType::BF16, false},  // 2 CTAs: 2 chunks of 512 threads x 2 vectors
+      {2, 1, 2, 0, 3, 7168, DType::BF16, true},    // 2 CTAs, one row each at a time
+      {2, 1, 1, 0, 2, 16384, DType::BF16, false},  // 1 CTA: 512 threads x 4 vectors, the whole row
+      {4, 2, 0, 0, 3, 7168, DType::BF16, false},   {8, 2, 0, 0, 2, 7168, DType::BF16, false},
   };
-  std::map<std::pair<int, int>, std::unique_ptr<Comm>> comms;
+  std::map<std::tuple<int, int, int, int, parallel::FusedVariant>, std::unique_ptr<Comm>> comms;
   uint64_t seed = 9000;
+  for (parallel::FusedVariant variant : {parallel::FusedVariant::cluster, parallel::FusedVariant::workspace})
   for (const Shape& sh : shapes) {
-    auto& comm = comms[{sh.tp, sh.trays}];
-    if (!comm) comm = std::make_unique<Comm>(Topology::make(sh.tp, sh.trays, gpu_count()));
+    auto& comm = comms[{sh.tp, sh.trays, sh.max_ctas, sh.span, variant}];
+    if (!comm) {
+      parallel::CommConfig cfg;
+      cfg.enable_nccl = false;  // the fused op never calls NCCL
+      cfg.fused_variant = variant;
+      cfg.fused_span = sh.span;
+      if (sh.max_ctas) cfg.fused_max_ctas = sh.max_ctas;
+      comm = std::make_unique<Comm>(Topology::make(sh.tp, sh.trays, gpu_count()), cfg);
+    }
     const size_t count = size_t{sh.rows} * sh.hidden;
     std::vector<HostArray> x;
     for (int k = 0; k < sh.tp; ++k) x.push_back(random_array(count, sh.t, ++seed));
@@ -117,7 +140,7 @@ TEST_CASE("fused all-reduce + residual + RMSNorm equals the fp64 reference; rank
         worst_norm = std::max(worst_norm, err);
       }
     }
-    INFO("tp=" << sh.tp << " rows=" << sh.rows << " hidden=" << sh.hidden << (sh.t == DType::BF16 ? " bf16" : " fp32")
+    INFO(parallel::fused_variant_name(variant) << " tp=" << sh.tp << " max_ctas=" << sh.max_ctas << " span=" << sh.span << " rows=" << sh.rows << " hidden=" << sh.hidden << (sh.t == DType::BF16 ? " bf16" : " fp32")
                << (sh.in_place ? " in-place" : "") << ": worst residual err " << worst_res << ", worst norm err " << worst_norm);
     CHECK(bad_res == 0);
     CHECK(bad_norm == 0);
