@@ -5,6 +5,7 @@
 #include "server/errors.h"
 #include "server/metrics.h"
 #include "server/sse.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rs::server {
@@ -170,6 +171,7 @@ bool stream_response(GenerationJob& job, SseWriter& out) {
 
   EventPump pump(job);
   std::vector<bool> echoed(text_len.size(), false);
+  std::vector<ToolCallStream> tool_streams(r.parse_tool_calls ? text_len.size() : 0);
   std::vector<std::vector<std::optional<TokenLogprob>>> prompt_lps(job.handles.size());
   while (!out.failed() && !pump.all_done()) {
     auto got = pump.next(job.poll);
@@ -205,10 +207,26 @@ bool stream_response(GenerationJob& job, SseWriter& out) {
       text_len[idx] += text.size();
     }
     const bool finishing = ev.finish != FinishReason::None;
-    if (text.empty() && lps.is_null() && !finishing) continue;  // a character still incomplete
     const char* fr = finish_reason_json(ev.finish);
+    json delta = json::object();
+    if (!tool_streams.empty()) {
+      // Content flows until the call section starts; the calls go out whole when the choice ends.
+      text = tool_streams[idx].push(text);
+      if (finishing) {
+        ToolCallOutput t = tool_streams[idx].finish();
+        if (!r.parallel_tool_calls && t.calls.size() > 1) t.calls.resize(1);
+        if (t.calls.empty()) {
+          text += t.content;  // held text that was no call after all
+        } else {
+          delta["tool_calls"] = tool_calls_json(t.calls, true);
+          if (ev.finish == FinishReason::Stop || ev.finish == FinishReason::Length) fr = "tool_calls";
+        }
+      }
+    }
+    if (text.empty() && lps.is_null() && !finishing) continue;  // a character still incomplete
+    if (!text.empty()) delta["content"] = text;
     json choice = chat ? json{{"index", idx},
-                              {"delta", text.empty() ? json::object() : json{{"content", text}}},
+                              {"delta", std::move(delta)},
                               {"logprobs", lps},
                               {"finish_reason", fr ? json(fr) : json(nullptr)}}
                        : json{{"index", idx}, {"text", text}, {"logprobs", lps},

@@ -1,5 +1,6 @@
 // Request side of openai_schema.h: JSON body -> ParsedRequest -> GenerationRequest.
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -98,10 +99,8 @@ int32_t checked_token_id(const json& v, const std::string& param, const ModelCon
 
 // Fields that would change the output but are not implemented: refuse rather than ignore.
 void reject_unsupported(const json& body) {
-  if (const json* f = field(body, "tools"); f && !(f->is_array() && f->empty()))
-    bad("tools", "'tools' (function calling) is not supported");
   if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
-    bad("functions", "'functions' (function calling) is not supported");
+    bad("functions", "'functions' is OpenAI's deprecated form: use 'tools'");
   if (const json* f = field(body, "response_format")) {
     if (!f->is_object()) bad("response_format", "'response_format' must be an object");
     auto t = f->find("type");
@@ -158,6 +157,53 @@ void parse_logit_bias(const json& body, SamplingParams& s, const ModelContext& c
     seen[size_t(id)] = 1;
     s.logit_bias.emplace_back(int32_t(id), float(b));
   }
+}
+
+// OpenAI's tools and tool_choice. Returns the tools for the chat template (null: none).
+// tool_choice "required" or a named function would need guided decoding to force the call,
+// which this server does not have: refused rather than silently treated as "auto".
+json parse_tools(const json& body, ParsedRequest& r) {
+  const json* f = field(body, "tools");
+  if (f && !f->is_array()) bad("tools", std::string("'tools' must be an array, got ") + type_name(*f));
+  const bool have = f && !f->empty();
+  if (have) {
+    for (size_t i = 0; i < f->size(); ++i) {
+      const json& t = (*f)[i];
+      const std::string p = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+        bad(p, "'" + p + "' must be an object with type \"function\"");
+      auto fn = t.find("function");
+      if (fn == t.end() || !fn->is_object()) bad(p + ".function", "'" + p + ".function' must be an object");
+      auto name = fn->find("name");
+      bool ok = name != fn->end() && name->is_string() && !name->get_ref<const std::string&>().empty() &&
+                name->get_ref<const std::string&>().size() <= 64;
+      if (ok)
+        for (char c : name->get_ref<const std::string&>())
+          ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+      if (!ok) bad(p + ".function.name", "'" + p + ".function.name' must match ^[a-zA-Z0-9_-]{1,64}$");
+      if (auto d = fn->find("description"); d != fn->end() && !d->is_null() && !d->is_string())
+        bad(p + ".function.description", "'" + p + ".function.description' must be a string");
+      if (auto pa = fn->find("parameters"); pa != fn->end() && !pa->is_null() && !pa->is_object())
+        bad(p + ".function.parameters", "'" + p + ".function.parameters' must be a JSON Schema object");
+    }
+  }
+  std::string choice = have ? "auto" : "none";
+  if (const json* c = field(body, "tool_choice")) {
+    if (c->is_string() && (*c == "none" || *c == "auto" || *c == "required")) {
+      choice = c->get<std::string>();
+    } else if (c->is_object()) {
+      choice = "named";
+    } else {
+      bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+    }
+    if (choice != "none" && !have) bad("tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
+    if (choice == "required" || choice == "named")
+      bad("tool_choice", "tool_choice \"required\" or a named function needs guided decoding, which this server "
+                         "does not have; use \"auto\"");
+  }
+  r.parallel_tool_calls = get_bool(body, "parallel_tool_calls", true);
+  r.parse_tool_calls = have && choice == "auto";
+  return have ? *f : json(nullptr);
 }
 
 // Everything the two endpoints share.
@@ -351,6 +397,8 @@ ParsedRequest parse_chat_request(const json& body, const ModelContext& ctx) {
     if (!kw->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     extra = *kw;
   }
+  // The template renders the tool definitions (transformers passes them as `tools`).
+  if (json tools = parse_tools(body, r); !tools.is_null() && !extra.contains("tools")) extra["tools"] = std::move(tools);
   const Tokenizer& tok = *ctx.tokenizer;
   if (!tok.has_chat_template())
     throw ApiError(400, "this model's tokenizer has no chat template; use /v1/completions");
@@ -373,6 +421,9 @@ ParsedRequest parse_completion_request(const json& body, const ModelContext& ctx
   ParsedRequest r;
   r.kind = ApiKind::Completion;
   parse_common(body, ctx, r);
+  for (const char* chat_only : {"tools", "tool_choice"})
+    if (const json* f = field(body, chat_only))
+      bad(chat_only, std::string("'") + chat_only + "' is for /v1/chat/completions");
   set_max_tokens(body, "max_tokens", r);
   if (const json* f = field(body, "logprobs")) {
     if (f->is_boolean()) bad("logprobs", "'logprobs' must be an integer for completions (0.." + std::to_string(ctx.max_logprobs) + ")");

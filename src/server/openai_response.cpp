@@ -2,7 +2,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "server/ids.h"
 #include "server/openai_schema.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rs::server {
@@ -132,10 +134,22 @@ json chat_response(const ParsedRequest& r, const std::string& id, int64_t create
   json cs = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
+    json message = {{"role", "assistant"}, {"content", c.text}};
+    json finish = finish_json(c.finish);
+    if (r.parse_tool_calls) {
+      ToolCallOutput t = parse_tool_calls(c.text);
+      if (!r.parallel_tool_calls && t.calls.size() > 1) t.calls.resize(1);
+      if (!t.calls.empty()) {
+        // OpenAI: content is null when the message is only tool calls.
+        message["content"] = t.content.empty() ? json(nullptr) : json(t.content);
+        message["tool_calls"] = tool_calls_json(t.calls, false);
+        if (c.finish == FinishReason::Stop || c.finish == FinishReason::Length) finish = "tool_calls";
+      }
+    }
     cs.push_back({{"index", i},
-                  {"message", {{"role", "assistant"}, {"content", c.text}}},
+                  {"message", std::move(message)},
                   {"logprobs", r.logprobs ? chat_logprobs_json(tok, c.logprobs, r.top_logprobs) : json(nullptr)},
-                  {"finish_reason", finish_json(c.finish)}});
+                  {"finish_reason", std::move(finish)}});
   }
   return {{"id", id},         {"object", "chat.completion"}, {"created", created},
           {"model", r.model}, {"choices", std::move(cs)},    {"usage", usage_json(usage)}};
@@ -162,6 +176,18 @@ json completion_response(const ParsedRequest& r, const std::string& id, int64_t 
   }
   return {{"id", id},         {"object", "text_completion"}, {"created", created},
           {"model", r.model}, {"choices", std::move(cs)},    {"usage", usage_json(usage)}};
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json c = {{"id", random_id("chatcmpl-tool")},
+              {"type", calls[k].type},
+              {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+    if (with_index) c["index"] = k;
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 json chunk_envelope(const ParsedRequest& r, const std::string& id, int64_t created, json choices) {

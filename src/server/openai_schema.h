@@ -44,6 +44,8 @@ struct ParsedRequest {
   std::vector<ParsedPrompt> prompts;  // chat: exactly one; completions: one per prompt
   GenerationRequest gen;              // sampling and stops; prompt and max_tokens per prompt
   std::optional<int> max_tokens;      // as asked; default: what the context leaves
+  bool parse_tool_calls = false;      // chat with tools and tool_choice "auto"
+  bool parallel_tool_calls = true;    // false: only the first call is returned
 };
 
 // Body text -> JSON. 400 for invalid UTF-8 (with the byte offset), malformed JSON, non-object.
@@ -111,5 +113,9 @@ nlohmann::json chunk_envelope(const ParsedRequest& r, const std::string& id, int
                               nlohmann::json choices);
 
 const char* finish_reason_json(FinishReason f);  // "stop" | "length" | "abort" | "error"
+
+struct ToolCall;
+// OpenAI's tool_calls array; `index` fields when streaming (deltas), ids drawn fresh.
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);
 
 }  // namespace rs::server

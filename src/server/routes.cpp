@@ -2,13 +2,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <random>
 
 #include <httplib.h>
 
 #include "server/auth.h"
 #include "server/errors.h"
 #include "server/generation.h"
+#include "server/ids.h"
 #include "server/server_state.h"
 #include "server/sse.h"
 #include "tokenizer/tokenizer.h"
@@ -45,20 +45,6 @@ void api(ServerState& st, const httplib::Request& req, httplib::Response& res, N
   if (res.status >= 400) st.metrics.count_http_error(res.status);
 }
 
-std::string random_id(const char* prefix) {
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = [] {
-    std::random_device rd;
-    return (uint64_t(rd()) << 32) ^ rd();
-  }();
-  uint64_t x = salt ^ (++counter * 0x9e3779b97f4a7c15ULL);
-  x ^= x >> 31;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 29;
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%s-%016llx", prefix, static_cast<unsigned long long>(x));
-  return buf;
-}
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(

@@ -159,6 +159,21 @@ test('min_tokens: a stop token cannot end the choice before min_tokens', async (
   assert.ok(held.usage.completion_tokens >= 4);
 });
 
+test('tools are accepted with the official client; a reply without calls is plain content', async () => {
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+  const r = await c.chat.completions.create({ model: MODEL, messages: chatMsg('Weather in Paris?'), tools, max_tokens: 4, temperature: 0 });
+  assert.ok(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason));
+  // Earlier turns with tool calls and tool results render through the chat template.
+  const r2 = await c.chat.completions.create({
+    model: MODEL, tools, max_tokens: 2, temperature: 0, messages: [
+      { role: 'user', content: 'Weather in Paris?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'sunny' },
+    ],
+  });
+  assert.equal(r2.choices.length, 1);
+});
+
 test('n = 2 returns two choices; with a seed they are reproducible', async () => {
   const req = { model: MODEL, prompt: 'Numbers:', max_tokens: 5, temperature: 1, seed: 7, n: 2, ignore_eos: true };
   const a = await c.completions.create(req);
