@@ -164,12 +164,23 @@ LoadedModel load_model(const ServeOptions& o) {
   if (o.load_format != "auto" && o.load_format != "safetensors" && o.load_format != "dummy")
     throw Error("--load-format must be auto, safetensors or dummy (got '" + o.load_format + "')");
   m.spec = load_model_spec(o.model);
-  if (!Tokenizer::dir_has_tokenizer(o.model))
+  if (Tokenizer::dir_has_tokenizer(o.model)) {
+    m.tokenizer = o.chat_template.empty()
+                      ? Tokenizer::from_dir(o.model)
+                      : with_chat_template(read_text_file(o.model + "/tokenizer.json"),
+                                           read_text_file(o.model + "/tokenizer_config.json"), o.chat_template);
+  } else if (o.load_format == "dummy") {
+    // A config alone (e.g. ../shared/model-shapes) is enough to benchmark with random weights:
+    // the embedded DeepSeek-V3 tokenizer stands in; ids it makes beyond the model's vocabulary
+    // are refused per request with a 400.
+    std::fprintf(stderr, "rackserve: %s has no tokenizer; using the embedded DeepSeek-V3 tokenizer (dummy weights)\n",
+                 o.model.c_str());
+    m.tokenizer = o.chat_template.empty()
+                      ? Tokenizer::from_json(embedded_tokenizer_json(), embedded_tokenizer_config_json())
+                      : with_chat_template(embedded_tokenizer_json(), embedded_tokenizer_config_json(), o.chat_template);
+  } else {
     throw Error(o.model + ": no tokenizer.json/tokenizer_config.json; the server needs the model's tokenizer");
-  m.tokenizer = o.chat_template.empty()
-                    ? Tokenizer::from_dir(o.model)
-                    : with_chat_template(read_text_file(o.model + "/tokenizer.json"),
-                                         read_text_file(o.model + "/tokenizer_config.json"), o.chat_template);
+  }
   m.random_weights = o.load_format == "dummy";
   // Dummy weights are created with the backend (on a GPU: in device memory only).
   if (!m.random_weights) m.weights = Weights::load(o.model, m.spec);

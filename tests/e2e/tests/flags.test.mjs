@@ -18,3 +18,25 @@ test('--served-model-name and --chat-template (literal text) are honoured', asyn
   assert.equal(r.model, 'tiny');
   assert.equal(r.usage.prompt_tokens, tok.count);
 });
+
+test('--load-format dummy with a config-only model directory serves random weights with the embedded tokenizer', async (t) => {
+  const { mkdtempSync, copyFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join, dirname } = await import('node:path');
+  const { fileURLToPath } = await import('node:url');
+  const here = dirname(fileURLToPath(import.meta.url));
+  const dir = mkdtempSync(join(tmpdir(), 'rs-config-only-'));
+  copyFileSync(join(here, '../../fixtures/models/tiny-v3/config.json'), join(dir, 'config.json'));
+  const s = await startServer(['--model', dir, '--load-format', 'dummy', '--max-model-len', '256']);
+  t.after(() => s.stop());
+  const m = (await client(s.url).models.list()).data[0];
+  assert.equal(m.id, dir);
+  assert.equal(m.random_weights, true);
+  assert.equal(m.vocab_size, 512);  // the config's vocabulary, not the tokenizer's
+  const r = await client(s.url).completions.create({ model: dir, prompt: [5, 17, 300], max_tokens: 3, ignore_eos: true });
+  assert.equal(r.usage.completion_tokens, 3);
+  // Text the stand-in tokenizer encodes beyond the model's vocabulary is a clear 400.
+  const bad = await postRaw('/v1/completions', { model: dir, prompt: 'hello world', max_tokens: 1 }, { base: s.url });
+  assert.equal(bad.status, 400);
+  assert.match(bad.json().error.message, /outside the vocabulary/);
+});
