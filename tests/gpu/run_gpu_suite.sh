@@ -120,6 +120,30 @@ bench decode_b1_ctx1k_fp8   --phase decode --batch 1 --context 1024 --quantizati
 bench decode_b64_ctx2k_bf16 --phase decode --batch 64 --context 2048 --iters $ITERS
 bench prefill_8k_bf16       --phase prefill --batch 1 --context 8192 --iters 5 --warmup 1
 
+# Online serving at V2-Lite shapes (random weights, config-only directory): one client at a time
+# (interactive latency) and 64 concurrent clients (throughput), 1024-token prompts, 128 out.
+echo "== bench serve: V2-Lite dummy weights on the GPU"
+SPORT=18124
+CUDA_VISIBLE_DEVICES=0 "$RS" serve --model "$ROOT/tests/fixtures/model-shapes/deepseek-v2-lite" --load-format dummy \
+  --port $SPORT --device cuda --max-model-len 4096 --max-num-seqs 64 > "$OUTDIR/serve_v2lite.log" 2>&1 &
+SPID=$!
+for _ in $(seq 1 240); do grep -q "ready in" "$OUTDIR/serve_v2lite.log" 2>/dev/null && break; kill -0 $SPID 2>/dev/null || break; sleep 0.5; done
+serve_bench() {  # name, args...
+  local name="$1"; shift
+  timeout 180 "$RS" bench serve --base-url http://127.0.0.1:$SPORT --input-len 1024 --output-len 128 "$@" \
+    --json "$OUTDIR/$name.json" > "$OUTDIR/$name.log" 2>&1
+  local rc=$?
+  tail -12 "$OUTDIR/$name.log"
+  if [ $rc -eq 0 ]; then
+    ROWS+=("$name|$(python3 -c "import json;d=json.load(open('$OUTDIR/$name.json'));print('%d/%d ok  %.0f out tok/s  %.0f total tok/s  TTFT median %.1f ms  TPOT median %.2f ms'%(d['completed'],d['num_prompts'],d['output_throughput'],d['total_token_throughput'],d['ttft']['median_ms'],d['tpot']['median_ms']))" 2>/dev/null || echo ok)")
+  else
+    ROWS+=("$name|FAILED rc=$rc $(tail -1 "$OUTDIR/$name.log")")
+  fi
+}
+serve_bench serve_v2lite_c1  --num-prompts 8 --max-concurrency 1
+serve_bench serve_v2lite_c64 --num-prompts 256 --max-concurrency 64
+kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
+
 echo
 echo "== summary (targets: decode b1 ctx1K bf16 >= 565 tok/s; fp8 >= 1.6x bf16; b64 ctx2K >= 4500 tok/s; prefill 8K >= 50000 tok/s)"
 printf '%-30s | %s\n' "what" "result"
