@@ -2,28 +2,43 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/ops/mla_absorb_params.h"
+#include "kernels/ops/mla_decode_params.h"
 #include "kernels/ops/rope.cuh"
 
 namespace rs::cuda {
 
 constexpr int kAbsorbTokens = 8;  // queries sharing one pass over a head's W_UK columns
-constexpr int kAbsorbCols = 64;   // latent columns per block: two per lane
-constexpr int kAbsorbWarps = 8;   // the nope rows are split between warps, partial sums reduced in smem
+constexpr int kAbsorbCols = 64;   // latent columns per block: 8 lanes x 8 columns (16-byte loads)
+constexpr int kAbsorbWarps = 8;   // each warp takes 4 rows of W_UK per round, 32 rows per round a block
 constexpr int kAbsorbThreads = kAbsorbWarps * 32;
+constexpr int kAbsorbMaxRounds = 8;  // nope <= 256
+constexpr int kAbsorbEarlyRounds = 4;
+constexpr int kAbsorbPassTokens = 4;  // rounds fetched before the wait (nope <= 128: all of them)
 
-// Block (head, 64 latent columns): each warp walks nope/8 rows of W_UK (coalesced 128-byte row
-// segments, independent loads in flight) for 8 queries at a time; q_nope sits in smem as fp32.
+// Block (head, 64 latent columns): lane (row r of its warp's 4, 8-column vector v) holds the
+// 16-byte W_UK pieces of its rows in registers (every round when nope <= 128), fetched before
+// waiting for the q projection (weights are constant during a step), so the block's weight
+// traffic is one batch of independent loads that overlaps the previous kernel. The four row partials of a column meet by
+// shuffles, the eight warps' in shared memory. q_nope sits in smem as fp32.
 // Tokens [n_begin, n_end): the grid spreads token chunks over blocks too, so a batch of 64 is 8x
 // more blocks rather than 8 serial passes in each.
 __device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, int head, int chunk, int n_begin,
                                                    int n_end) {
   __shared__ float qs[kAbsorbTokens][256];  // nope <= 256
-  __shared__ float red[kAbsorbWarps][kAbsorbTokens][kAbsorbCols];
+  __shared__ float red[kAbsorbWarps][kAbsorbPassTokens][kAbsorbCols];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int c = chunk * kAbsorbCols + lane * 2;
+  const int vsub = lane & 7, rsub = lane >> 3;
+  const int col = chunk * kAbsorbCols + vsub * 8;
   const int qdim = p.nope + p.rope, odim = p.kv_lora + p.rope;
-  const int rows_per_warp = p.nope / kAbsorbWarps;
   const __nv_bfloat16* w = p.kv_b + static_cast<int64_t>(head) * (p.nope + p.vdim) * p.kv_lora;
+  uint4 wv[kAbsorbEarlyRounds];
+#pragma unroll
+  for (int r = 0; r < kAbsorbEarlyRounds; ++r) {
+    const int d = r * (kAbsorbWarps * 4) + warp * 4 + rsub;
+    if (d < p.nope) wv[r] = *reinterpret_cast<const uint4*>(w + static_cast<int64_t>(d) * p.kv_lora + col);
+  }
+  pdl::wait();
+  pdl::launch_dependents();
   for (int n0 = n_begin; n0 < n_end; n0 += kAbsorbTokens) {
     const int nt = min(kAbsorbTokens, n_end - n0);
     for (int i = threadIdx.x; i < kAbsorbTokens * p.nope; i += blockDim.x) {
@@ -31,32 +46,56 @@ __device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, in
       qs[t][d] = t < nt ? __bfloat162float(p.q[(static_cast<int64_t>(n0 + t) * p.heads + head) * qdim + d]) : 0.f;
     }
     __syncthreads();
-    float acc0[kAbsorbTokens] = {}, acc1[kAbsorbTokens] = {};
-#pragma unroll 4
-    for (int k = 0; k < rows_per_warp; ++k) {
-      const int d = warp * rows_per_warp + k;
-      const float2 wv = __bfloat1622float2(
-          *reinterpret_cast<const __nv_bfloat162*>(w + static_cast<int64_t>(d) * p.kv_lora + c));
+    // Tokens in passes of kAbsorbPassTokens: 32 accumulators a thread, so three blocks fit an SM.
+    for (int tb = 0; tb < nt; tb += kAbsorbPassTokens) {
+      const int pt = min(kAbsorbPassTokens, nt - tb);
+      float acc[kAbsorbPassTokens][8];
 #pragma unroll
-      for (int t = 0; t < kAbsorbTokens; ++t) {
-        acc0[t] += qs[t][d] * wv.x;
-        acc1[t] += qs[t][d] * wv.y;
+      for (int t = 0; t < kAbsorbPassTokens; ++t)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[t][j] = 0.f;
+#pragma unroll
+      for (int r = 0; r < kAbsorbMaxRounds; ++r) {
+        const int d = r * (kAbsorbWarps * 4) + warp * 4 + rsub;
+        if (d < p.nope) {
+          float wf[8];
+          bf16x8_to_float(r < kAbsorbEarlyRounds ? wv[r]
+                                                 : *reinterpret_cast<const uint4*>(w + static_cast<int64_t>(d) * p.kv_lora + col),
+                          wf);
+#pragma unroll
+          for (int t = 0; t < kAbsorbPassTokens; ++t) {
+            if (t < pt) {
+              const float qv = qs[tb + t][d];
+#pragma unroll
+              for (int j = 0; j < 8; ++j) acc[t][j] += qv * wf[j];
+            }
+          }
+        }
       }
-    }
 #pragma unroll
-    for (int t = 0; t < kAbsorbTokens; ++t) {
-      red[warp][t][lane * 2] = acc0[t];
-      red[warp][t][lane * 2 + 1] = acc1[t];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < nt * kAbsorbCols; i += blockDim.x) {
-      const int t = i / kAbsorbCols, cc = i % kAbsorbCols;
-      float sum = 0.f;
+      for (int t = 0; t < kAbsorbPassTokens; ++t) {
+        if (t < pt) {  // block-uniform
 #pragma unroll
-      for (int k = 0; k < kAbsorbWarps; ++k) sum += red[k][t][cc];
-      p.out[(static_cast<int64_t>(n0 + t) * p.heads + head) * odim + chunk * kAbsorbCols + cc] = __float2bfloat16(sum);
+          for (int j = 0; j < 8; ++j) {
+            acc[t][j] += __shfl_xor_sync(0xffffffffu, acc[t][j], 8);
+            acc[t][j] += __shfl_xor_sync(0xffffffffu, acc[t][j], 16);
+          }
+          if (rsub == 0) {
+            *reinterpret_cast<float4*>(&red[warp][t][vsub * 8]) = make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+            *reinterpret_cast<float4*>(&red[warp][t][vsub * 8 + 4]) = make_float4(acc[t][4], acc[t][5], acc[t][6], acc[t][7]);
+          }
+        }
+      }
+      __syncthreads();
+      for (int i = threadIdx.x; i < pt * kAbsorbCols; i += blockDim.x) {
+        const int t = i / kAbsorbCols, cc = i % kAbsorbCols;
+        float sum = 0.f;
+#pragma unroll
+        for (int k = 0; k < kAbsorbWarps; ++k) sum += red[k][t][cc];
+        p.out[(static_cast<int64_t>(n0 + tb + t) * p.heads + head) * odim + chunk * kAbsorbCols + cc] = __float2bfloat16(sum);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   if (chunk == 0) {  // the rope part passes through (rotated here when positions are given)
     const int half = p.rope / 2;
@@ -74,51 +113,136 @@ __device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, in
   }
 }
 
-constexpr int kVUpWarps = 8;  // one W_UV row per warp, held in registers for all tokens
+constexpr int kVUpWarps = 8;
 
+// Block (head, kVUpWarps * rows_per_warp rows of W_UV, up to 8 tokens). Each warp holds its rows
+// in registers, fetched before waiting for the attention kernel (weights are constant during a
+// step), and reuses every latent value it reads from shared memory for all of them.
+// With p.part_o set the block first merges the decode attention's KV splits for its tokens
+// (the flash-decoding combine): weights 2^(lse_s - max) / sum over the splits, in fp32, straight
+// into shared memory, so the merged latent output never goes through bf16 or global memory.
+// Empty splits are the trailing ones (lse = -inf, partial never written): only the first
+// `active` splits are read. Each merged value is the sum of two halves of the split range added
+// in a fixed order, so a token's result does not depend on how many tokens share the block.
+template <int kRows>  // = p.rows_per_warp: one instantiation per value, registers sized to it
 __device__ __forceinline__ void mla_v_up_block(const MlaVUpParams& p, int head, int row_chunk, int n_begin,
                                                int n_end) {
-  __shared__ float os[kAbsorbTokens][512];  // kv_lora <= 512
+  __shared__ __align__(16) float os[kAbsorbTokens][512];  // kv_lora <= 512
+  __shared__ __align__(16) float half1[kAbsorbTokens / 2][512];
+  __shared__ float wts[kAbsorbTokens][kMlaDecodeMaxSplits];
+  __shared__ int active[kAbsorbTokens];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int j = row_chunk * kVUpWarps + warp;
-  const int pairs = p.kv_lora / 64;  // bf16x2 loads per lane (<= 8: kv_lora <= 512)
-  // Loops over k run to the constant 8 with a guard, so w[] stays in registers (a runtime bound
-  // would index it dynamically and put it in local memory).
-  float w[16];
-  if (j < p.vdim) {
-    const __nv_bfloat16* wr = p.kv_b + (static_cast<int64_t>(head) * (p.nope + p.vdim) + p.nope + j) * p.kv_lora;
+  const int j0 = (row_chunk * kVUpWarps + warp) * kRows;
+  const int pairs = p.kv_lora / 64;  // float2 per lane and row (<= 8: kv_lora <= 512)
+  // Loops run to constants with guards, so w[][] stays in registers (a runtime bound would index
+  // it dynamically and put it in local memory).
+  float w[kRows][16];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      if (k >= pairs) break;
-      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(wr + k * 64 + lane * 2));
-      w[2 * k] = v.x;
-      w[2 * k + 1] = v.y;
+  for (int r = 0; r < kRows; ++r) {
+    const int j = j0 + r;
+    if (j < p.vdim) {
+      const __nv_bfloat16* wr = p.kv_b + (static_cast<int64_t>(head) * (p.nope + p.vdim) + p.nope + j) * p.kv_lora;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (k < pairs) {
+          const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(wr + k * 64 + lane * 2));
+          w[r][2 * k] = v.x;
+          w[r][2 * k + 1] = v.y;
+        }
+      }
     }
   }
-  // The W_UV row is a weight, constant during the step: it is fetched before waiting for the
-  // attention kernels (a no-op unless launched with programmatic stream serialization).
   pdl::wait();
+  const int c4 = p.kv_lora / 4;
   for (int n0 = n_begin; n0 < n_end; n0 += kAbsorbTokens) {
     const int nt = min(kAbsorbTokens, n_end - n0);
-    const int vecs = p.kv_lora / 8;
-    for (int i = threadIdx.x; i < nt * vecs; i += blockDim.x) {
-      const int t = i / vecs, c = (i - t * vecs) * 8;
-      float f[8];
-      bf16x8_to_float(*reinterpret_cast<const uint4*>(
-                          p.o_latent + (static_cast<int64_t>(n0 + t) * p.heads + head) * p.kv_lora + c), f);
+    if (p.part_o) {
+      if (warp < nt) {  // split weights of token n0 + warp (splits <= 64: two per lane)
+        const float* lse = p.part_lse + (static_cast<int64_t>(n0 + warp) * p.heads + head) * p.splits;
+        const float l0 = lane < p.splits ? lse[lane] : -INFINITY;
+        const float l1 = lane + 32 < p.splits ? lse[lane + 32] : -INFINITY;
+        const float mx = warp_max(fmaxf(l0, l1));
+        const float e0 = l0 == -INFINITY ? 0.f : exp2f(l0 - mx), e1 = l1 == -INFINITY ? 0.f : exp2f(l1 - mx);
+        const float inv = 1.f / warp_sum(e0 + e1);
+        wts[warp][lane] = e0 * inv;
+        wts[warp][lane + 32] = e1 * inv;
+        const int cnt = __popc(__ballot_sync(0xffffffffu, l0 != -INFINITY)) +
+                        __popc(__ballot_sync(0xffffffffu, l1 != -INFINITY));
+        if (lane == 0) active[warp] = cnt;
+      }
+      __syncthreads();
+      // Work item (half, token, 4 columns); with few tokens both halves of a column run in
+      // parallel on different threads, with many each thread does both, in the same order.
+      const bool split_halves = nt <= kAbsorbTokens / 2;
+      const int items = nt * c4 * (split_halves ? 2 : 1);
+      for (int i = threadIdx.x; i < items; i += blockDim.x) {
+        const int hsel = split_halves ? i / (nt * c4) : 0;
+        const int rem = i - hsel * nt * c4;
+        const int t = rem / c4, c = (rem - t * c4) * 4;
+        const int S = active[t], mid = (S + 1) / 2;
+        const float* src = p.part_o + (static_cast<int64_t>(n0 + t) * p.heads + head) * p.splits * p.kv_lora + c;
+        float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
 #pragma unroll
-      for (int k = 0; k < 8; ++k) os[t][c + k] = f[k];
+        for (int h = 0; h < 2; ++h) {
+          if (split_halves && h != hsel) continue;
+          const int sb = h == 0 ? 0 : mid, se = h == 0 ? mid : S;
+#pragma unroll 8
+          for (int s = sb; s < se; ++s) {
+            const float ws = wts[t][s];
+            const float4 v = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(s) * p.kv_lora);
+            acc[h].x += ws * v.x;
+            acc[h].y += ws * v.y;
+            acc[h].z += ws * v.z;
+            acc[h].w += ws * v.w;
+          }
+        }
+        if (split_halves && hsel == 1)
+          *reinterpret_cast<float4*>(&half1[t][c]) = acc[1];
+        else if (split_halves)
+          *reinterpret_cast<float4*>(&os[t][c]) = acc[0];
+        else
+          *reinterpret_cast<float4*>(&os[t][c]) =
+              make_float4(acc[0].x + acc[1].x, acc[0].y + acc[1].y, acc[0].z + acc[1].z, acc[0].w + acc[1].w);
+      }
+      __syncthreads();
+      if (split_halves) {
+        for (int i = threadIdx.x; i < nt * c4; i += blockDim.x) {
+          const int t = i / c4, c = (i - t * c4) * 4;
+          float4 a = *reinterpret_cast<const float4*>(&os[t][c]);
+          const float4 b = *reinterpret_cast<const float4*>(&half1[t][c]);
+          a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
+          *reinterpret_cast<float4*>(&os[t][c]) = a;
+        }
+      }
+    } else {
+      const int vecs = p.kv_lora / 8;
+      for (int i = threadIdx.x; i < nt * vecs; i += blockDim.x) {
+        const int t = i / vecs, c = (i - t * vecs) * 8;
+        float f[8];
+        bf16x8_to_float(*reinterpret_cast<const uint4*>(
+                            p.o_latent + (static_cast<int64_t>(n0 + t) * p.heads + head) * p.kv_lora + c), f);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) os[t][c + k] = f[k];
+      }
     }
     __syncthreads();
-    if (j < p.vdim) {
-      for (int t = 0; t < nt; ++t) {
-        float acc = 0.f;
+    for (int t = 0; t < nt; ++t) {
+      float acc[kRows] = {};
 #pragma unroll
-        for (int k = 0; k < 8; ++k)
-          if (k < pairs) acc += w[2 * k] * os[t][k * 64 + lane * 2] + w[2 * k + 1] * os[t][k * 64 + lane * 2 + 1];
-        acc = warp_sum(acc);
-        if (lane == 0)
-          p.out[(static_cast<int64_t>(n0 + t) * p.heads + head) * p.vdim + j] = __float2bfloat16(acc);
+      for (int k = 0; k < 8; ++k) {
+        if (k < pairs) {
+          const float2 o = *reinterpret_cast<const float2*>(&os[t][k * 64 + lane * 2]);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) acc[r] += w[r][2 * k] * o.x + w[r][2 * k + 1] * o.y;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int j = j0 + r;
+        if (j < p.vdim) {  // warp-uniform
+          const float s = warp_sum(acc[r]);
+          if (lane == 0) p.out[(static_cast<int64_t>(n0 + t) * p.heads + head) * p.vdim + j] = __float2bfloat16(s);
+        }
       }
     }
     __syncthreads();

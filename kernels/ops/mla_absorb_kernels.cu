@@ -3,32 +3,33 @@
 #include "kernels/ops/kv_cache.cuh"
 #include "kernels/ops/mla_absorb.cuh"
 
-// Launched with programmatic stream serialization (kern::launch_pdl): each kernel waits for its
-// predecessor before touching memory, then lets its successor get scheduled early.
+// Launched with programmatic stream serialization (kern::launch_pdl): each kernel fetches its
+// weights, waits for its predecessor before touching anything else, then lets its successor get
+// scheduled early.
 namespace rs::cuda {
-__global__ void __launch_bounds__(kAbsorbThreads) mla_absorb_q_kernel(const MlaAbsorbQParams p) {
-  pdl::wait();
-  pdl::launch_dependents();
+__global__ void __launch_bounds__(kAbsorbThreads, 3) mla_absorb_q_kernel(const MlaAbsorbQParams p) {
   const int n0 = blockIdx.z * kAbsorbTokens;
   mla_absorb_q_block(p, blockIdx.x, blockIdx.y, n0, min(p.n, n0 + kAbsorbTokens));
 }
+template <int kRows>
 __global__ void __launch_bounds__(kVUpWarps * 32) mla_v_up_kernel(const MlaVUpParams p) {
-  pdl::launch_dependents();  // mla_v_up_block waits once its weight row is in registers
+  pdl::launch_dependents();  // mla_v_up_block waits once its weight rows are in registers
   const int n0 = blockIdx.z * kAbsorbTokens;
-  mla_v_up_block(p, blockIdx.x, blockIdx.y, n0, min(p.n, n0 + kAbsorbTokens));
+  mla_v_up_block<kRows>(p, blockIdx.x, blockIdx.y, n0, min(p.n, n0 + kAbsorbTokens));
 }
-// Blocks [0, absorb_blocks) are the absorb grid (heads x column chunks x token chunks, x fastest),
-// the next kw.n blocks write one token's cache row each.
-__global__ void __launch_bounds__(kAbsorbThreads) mla_absorb_q_kv_write_kernel(const MlaAbsorbQParams p,
-                                                                                const KvWriteParams kw,
-                                                                                int absorb_blocks) {
-  pdl::wait();
-  pdl::launch_dependents();
-  const int b = blockIdx.x;
-  if (b >= absorb_blocks) {
-    kv_write_token(kw, b - absorb_blocks);
+// Blocks [0, kw.n) write one token's cache row each (first, so they overlap the absorb blocks
+// instead of forming a last wave of their own), the rest are the absorb grid (heads x column
+// chunks x token chunks, x fastest).
+__global__ void __launch_bounds__(kAbsorbThreads, 3) mla_absorb_q_kv_write_kernel(const MlaAbsorbQParams p,
+                                                                                   const KvWriteParams kw) {
+  const int kv_blocks = kw.n > 0 ? kw.n : 0;
+  if (static_cast<int>(blockIdx.x) < kv_blocks) {
+    pdl::wait();
+    pdl::launch_dependents();
+    kv_write_token(kw, blockIdx.x);
     return;
   }
+  const int b = blockIdx.x - kv_blocks;
   const int chunks = p.kv_lora / kAbsorbCols;
   const int head = b % p.heads, chunk = (b / p.heads) % chunks, z = b / (p.heads * chunks);
   const int n0 = z * kAbsorbTokens;
@@ -38,16 +39,34 @@ void launch_mla_absorb_q_kv_write(const MlaAbsorbQParams& a, const KvWriteParams
   const int absorb_blocks = a.n > 0 ? a.heads * (a.kv_lora / kAbsorbCols) * ((a.n + kAbsorbTokens - 1) / kAbsorbTokens) : 0;
   const int blocks = absorb_blocks + (kw.n > 0 ? kw.n : 0);
   if (blocks == 0) return;
-  kern::launch_pdl(mla_absorb_q_kv_write_kernel, dim3(blocks), dim3(kAbsorbThreads), 0, stream, a, kw, absorb_blocks);
+  kern::launch_pdl(mla_absorb_q_kv_write_kernel, dim3(blocks), dim3(kAbsorbThreads), 0, stream, a, kw);
 }
 void launch_mla_absorb_q(const MlaAbsorbQParams& p, cudaStream_t stream) {
   if (p.n <= 0) return;
   const dim3 grid(p.heads, p.kv_lora / kAbsorbCols, (p.n + kAbsorbTokens - 1) / kAbsorbTokens);
   kern::launch_pdl(mla_absorb_q_kernel, grid, dim3(kAbsorbThreads), 0, stream, p);
 }
-void launch_mla_v_up(const MlaVUpParams& p, cudaStream_t stream) {
-  if (p.n <= 0) return;
-  const dim3 grid(p.heads, (p.vdim + kVUpWarps - 1) / kVUpWarps, (p.n + kAbsorbTokens - 1) / kAbsorbTokens);
-  kern::launch_pdl(mla_v_up_kernel, grid, dim3(kVUpWarps * 32), 0, stream, p);
+void launch_mla_v_up(const MlaVUpParams& p_in, cudaStream_t stream) {
+  if (p_in.n <= 0) return;
+  static int sms = 0;  // host-side, once
+  if (sms == 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (sms <= 0) sms = 132;
+  }
+  // Rows per warp: merging the splits, two when one row per warp would need more than about one
+  // block per SM (batch 1: 128 blocks instead of 256), so each head's partials (up to 64 KB at
+  // batch 1) are read by half as many blocks; otherwise one (more, smaller blocks in flight).
+  MlaVUpParams p = p_in;
+  const int chunks = (p.n + kAbsorbTokens - 1) / kAbsorbTokens;
+  const int64_t blocks1 = int64_t(p.heads) * ((p.vdim + kVUpWarps - 1) / kVUpWarps) * chunks;
+  p.rows_per_warp = p.part_o && blocks1 > sms + sms / 4 ? 2 : 1;
+  const int rows_per_block = kVUpWarps * p.rows_per_warp;
+  const dim3 grid(p.heads, (p.vdim + rows_per_block - 1) / rows_per_block, chunks);
+  if (p.rows_per_warp == 2)
+    kern::launch_pdl(mla_v_up_kernel<2>, grid, dim3(kVUpWarps * 32), 0, stream, p);
+  else
+    kern::launch_pdl(mla_v_up_kernel<1>, grid, dim3(kVUpWarps * 32), 0, stream, p);
 }
 }  // namespace rs::cuda

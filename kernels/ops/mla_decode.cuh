@@ -17,6 +17,7 @@
 // ~96 KB of shared memory at kv_dim 576) so two blocks share an SM and keep ~4 tiles in flight.
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/ops/mla_decode_params.h"
 
@@ -104,6 +105,8 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   const int64_t part = (static_cast<int64_t>(b) * p.heads) * p.splits + split;  // + h * splits
 
   if (t0 >= t1) {  // empty split: contributes nothing to the combine
+    pdl::wait();
+    pdl::launch_dependents();
     for (int r = tid; r < kHeads; r += blockDim.x)
       if (h0 + r < p.heads) p.part_lse[part + static_cast<int64_t>(h0 + r) * p.splits] = -INFINITY;
     return;
@@ -111,15 +114,16 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
 
   const int vecs = p.kv_dim / 8;
   const int32_t* bt = p.block_tables + static_cast<int64_t>(b) * p.bt_stride;
-  // The block-table lookups of a tile happen once per row, in parallel, before the copies: a
-  // lookup per 16-byte copy would put an L2 round trip in front of every cp.async.
-  auto load_tile = [&](int tile, int buf) {
-    int64_t* slots = slot_s + buf * kTile;
-    if (tid < kTile) {
-      const int t = min(t0 + tile * kTile + tid, t1 - 1);
-      slots[tid] = static_cast<int64_t>(bt[t / p.block_size]) * p.block_size + t % p.block_size;
-    }
-    __syncthreads();
+  const int tiles = (t1 - t0 + kTile - 1) / kTile;
+  // Block-table lookups (an L2 round trip) run one tile ahead of the copies that need them: the
+  // lookups of tile i + 2 are issued right after the copies of tile i + 1 and land in a register
+  // while tile i is computed, so no tile's cp.async waits behind a lookup.
+  auto lookup = [&](int tile) -> int64_t {
+    const int t = min(t0 + tile * kTile + tid, t1 - 1);
+    return static_cast<int64_t>(bt[t / p.block_size]) * p.block_size + t % p.block_size;
+  };
+  auto issue_tile = [&](int tile, int buf) {  // slots of `tile` already in slot_s[buf]
+    const int64_t* slots = slot_s + buf * kTile;
     __nv_bfloat16* dst = Ks + buf * kTile * L.ks;
     const int rows = min(kTile, t1 - (t0 + tile * kTile));
     // (row, vector) walked incrementally: no integer division per 16-byte copy.
@@ -134,7 +138,22 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
     cp_async_commit();
   };
 
-  load_tile(0, 0);
+  // Before the wait: the sequence lengths and block tables come from the step's upload, done
+  // before the first kernel of the step started, and every cache row but each sequence's newest
+  // one (which the previous kernel, the fused absorb + cache write, may be writing) was written
+  // by earlier steps or by kernels that completed before the previous kernel got past its wait.
+  // So the first tile's copies overlap the previous kernel unless that tile holds the newest row.
+  int64_t next_slot = 0;
+  if (tid < kTile) {
+    slot_s[tid] = lookup(0);
+    if (tiles > 1) next_slot = lookup(1);
+  }
+  __syncthreads();
+  const bool early = tiles > 1 || t1 < len;
+  if (early) issue_tile(0, 0);
+  pdl::wait();
+  pdl::launch_dependents();
+  if (!early) issue_tile(0, 0);
   const int64_t qrow = p.q_rows ? p.q_rows[b] : b;
   for (int i = tid; i < kHeads * vecs; i += blockDim.x) {
     const int r = i / vecs, v = i - r * vecs;
@@ -152,7 +171,6 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   float m_lo = -INFINITY, m_hi = -INFINITY;  // running max of rows g and g + 8 (log2 units)
   float l_lo = 0.f, l_hi = 0.f;              // this thread's share of the running sums
 
-  const int tiles = (t1 - t0 + kTile - 1) / kTile;
   const int ksteps = p.kv_dim / 16;
   const float scale2 = p.scale * kLog2e;  // softmax in base 2: exp2 is one instruction
   // ldmatrix row addresses of this lane (see mma_bf16 for the fragment layouts).
@@ -163,7 +181,11 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   for (int it = 0; it < tiles; ++it) {
     const int buf = it & 1;
     if (it + 1 < tiles) {
-      load_tile(it + 1, buf ^ 1);
+      // slot_s[buf ^ 1] was last read when tile it - 1 was issued, before the previous barrier.
+      if (tid < kTile) slot_s[(buf ^ 1) * kTile + tid] = next_slot;
+      __syncthreads();
+      issue_tile(it + 1, buf ^ 1);
+      if (it + 2 < tiles && tid < kTile) next_slot = lookup(it + 2);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();

@@ -14,20 +14,22 @@ namespace rs::cuda {
 struct MlaDecodeParams {
   const __nv_bfloat16* q = nullptr;      // [rows, heads, kv_dim]
   const int32_t* q_rows = nullptr;       // [batch] row of q (and of out) for each sequence
-  const __nv_bfloat16* cache = nullptr;  // this layer's [slots, kv_dim]
+  const __nv_bfloat16* cache = nullptr;  // this layer's [slots, kv_dim]; under PDL the previous
+                                         // kernel may write only each sequence's newest row
   const int32_t* block_tables = nullptr; // [batch, bt_stride]
   int bt_stride = 0, block_size = 0;
   const int32_t* seq_lens = nullptr;     // [batch] tokens attended, the current one included
   float* part_o = nullptr;               // [batch, heads, splits, kv_lora]
   float* part_lse = nullptr;             // [batch, heads, splits], log2 units
-  __nv_bfloat16* out = nullptr;          // [rows, heads, kv_lora]
+  __nv_bfloat16* out = nullptr;          // [rows, heads, kv_lora]; nullptr: no combine pass, the
+                                         // partials go to launch_mla_v_up (MlaVUpParams::part_o)
   int batch = 0, heads = 0, splits = 1, kv_lora = 0, kv_dim = 0;
   float scale = 1.0f;                    // softmax scale (1/sqrt(qk_head_dim) * mscale^2)
 };
 // Most KV splits per sequence the combine kernel merges.
 constexpr int kMlaDecodeMaxSplits = 64;
 size_t mla_decode_smem_bytes(int kv_lora, int kv_dim);
-// Runs the split kernel and the combine kernel.
+// Runs the split kernel, and the combine kernel when `out` is set.
 void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream);
 
 }  // namespace rs::cuda

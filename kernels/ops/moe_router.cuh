@@ -1,10 +1,19 @@
 #pragma once
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
+#include "kernels/ops/lm_head_params.h"
 #include "kernels/ops/moe_router_params.h"
 
 namespace rs::cuda {
 
 constexpr int kRouterMaxExperts = 512;
+constexpr int kRouterMaxGroups = 64;
+constexpr int kRouterWarps = 8;  // tokens selected in parallel by one block (a warp each)
+constexpr int kRouterThreads = kRouterWarps * 32;
+
+// Per-warp shared scratch of the selection, in floats: score and choice over the experts, group
+// scores, kept-group flags and the selected ids (top_k <= kRouterMaxGroups, checked on the host).
+__host__ __device__ inline int router_warp_scratch_floats(int experts) { return 2 * experts + 3 * kRouterMaxGroups; }
 
 // Warp-wide argmax over v[0, n) with lowest index on ties (a stable, documented tie rule).
 __device__ __forceinline__ int warp_argmax(const float* v, int n) {
@@ -22,36 +31,39 @@ __device__ __forceinline__ int warp_argmax(const float* v, int n) {
   return idx;
 }
 
-// One token per block.
-__device__ __forceinline__ void moe_router_token(const MoeRouterParams& p, int t) {
-  __shared__ float score[kRouterMaxExperts];   // after softmax/sigmoid
-  __shared__ float choice[kRouterMaxExperts];  // what selection ranks (score + bias, masked)
-  __shared__ float scratch[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int e = threadIdx.x; e < p.experts; e += blockDim.x) score[e] = p.logits[static_cast<int64_t>(t) * p.experts + e];
-  __syncthreads();
-  if (p.scoring == RouterScoring::Softmax) {
-    float mx = -INFINITY;
-    for (int e = threadIdx.x; e < p.experts; e += blockDim.x) mx = fmaxf(mx, score[e]);
-    mx = block_max(mx, scratch);
-    float sum = 0.f;
-    for (int e = threadIdx.x; e < p.experts; e += blockDim.x) sum += expf(score[e] - mx);
-    sum = block_sum(sum, scratch);
-    for (int e = threadIdx.x; e < p.experts; e += blockDim.x) score[e] = expf(score[e] - mx) / sum;
-  } else {
-    for (int e = threadIdx.x; e < p.experts; e += blockDim.x) score[e] = 1.f / (1.f + expf(-score[e]));
+// Selection of token t by one warp, from its fp32 logits row. The logits are read with __ldcg
+// (L2, never a stale L1 line): in the fused kernel other blocks wrote them during this launch.
+__device__ __forceinline__ void moe_router_select_warp(const MoeRouterParams& p, int t, const float* logits_row,
+                                                       float* wscratch) {
+  float* score = wscratch;                      // after softmax/sigmoid
+  float* choice = score + p.experts;            // what selection ranks (score + bias, masked)
+  float* gscore = choice + p.experts;           // [kRouterMaxGroups]
+  int* gkeep = reinterpret_cast<int*>(gscore + kRouterMaxGroups);
+  int* sel = gkeep + kRouterMaxGroups;
+  const int lane = threadIdx.x & 31;
+  float mx = -INFINITY;
+  for (int e = lane; e < p.experts; e += 32) {
+    const float v = __ldcg(logits_row + e);
+    score[e] = v;
+    mx = fmaxf(mx, v);
   }
-  __syncthreads();
-  for (int e = threadIdx.x; e < p.experts; e += blockDim.x)
+  if (p.scoring == RouterScoring::Softmax) {
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int e = lane; e < p.experts; e += 32) sum += expf(score[e] - mx);
+    sum = warp_sum(sum);
+    for (int e = lane; e < p.experts; e += 32) score[e] = expf(score[e] - mx) / sum;
+  } else {
+    for (int e = lane; e < p.experts; e += 32) score[e] = 1.f / (1.f + expf(-score[e]));
+  }
+  for (int e = lane; e < p.experts; e += 32)
     choice[e] = score[e] + (p.bias && p.method == RouterTopk::NoauxTc ? p.bias[e] : 0.f);
-  __syncthreads();
-  if (warp != 0) return;
+  __syncwarp();
   float group_margin = INFINITY;
   if (p.method != RouterTopk::Greedy && p.n_group > 1) {
     // Rank groups (V2: best score in the group; V3: sum of its two best biased scores), keep
     // topk_group of them, and mask the experts of the others out of the selection.
     const int per = p.experts / p.n_group;
-    __shared__ float gscore[64];
     for (int g = lane; g < p.n_group; g += 32) {
       float b1 = -INFINITY, b2 = -INFINITY;
       for (int i = 0; i < per; ++i) {
@@ -59,10 +71,8 @@ __device__ __forceinline__ void moe_router_token(const MoeRouterParams& p, int t
         if (v > b1) { b2 = b1; b1 = v; } else if (v > b2) { b2 = v; }
       }
       gscore[g] = p.method == RouterTopk::NoauxTc ? b1 + b2 : b1;
+      gkeep[g] = 0;
     }
-    __syncwarp();
-    __shared__ int gkeep[64];
-    for (int g = lane; g < p.n_group; g += 32) gkeep[g] = 0;
     __syncwarp();
     float last_kept = 0.f;
     for (int k = 0; k < p.topk_group; ++k) {
@@ -79,7 +89,6 @@ __device__ __forceinline__ void moe_router_token(const MoeRouterParams& p, int t
       if (!gkeep[e / per]) choice[e] = 0.0f;
     __syncwarp();
   }
-  __shared__ int sel[64];
   float wsum = 0.f;
   float last_choice = 0.f;
   for (int k = 0; k < p.top_k; ++k) {
@@ -91,15 +100,141 @@ __device__ __forceinline__ void moe_router_token(const MoeRouterParams& p, int t
     __syncwarp();
   }
   const float expert_margin = p.top_k < p.experts ? last_choice - choice[warp_argmax(choice, p.experts)] : INFINITY;
-  if (lane == 0) {
-    if (p.margins) p.margins[t] = fminf(group_margin, expert_margin);
-    for (int k = 0; k < p.top_k; ++k) {
-      float w = score[sel[k]];
-      if (p.normalize) w /= wsum + 1e-20f;
-      if (!p.normalize || p.scale_after_normalize) w *= p.routed_scaling;
-      p.topk_ids[static_cast<int64_t>(t) * p.top_k + k] = sel[k];
-      p.topk_weights[static_cast<int64_t>(t) * p.top_k + k] = w;
+  for (int k = lane; k < p.top_k; k += 32) {
+    float w = score[sel[k]];
+    if (p.normalize) w /= wsum + 1e-20f;
+    if (!p.normalize || p.scale_after_normalize) w *= p.routed_scaling;
+    p.topk_ids[static_cast<int64_t>(t) * p.top_k + k] = sel[k];
+    p.topk_weights[static_cast<int64_t>(t) * p.top_k + k] = w;
+  }
+  if (lane == 0 && p.margins) p.margins[t] = fminf(group_margin, expert_margin);
+  __syncwarp();
+}
+
+// Router logits and selection in one launch for small token counts (decode). Block (expert e,
+// chunk of kRouterWarps tokens): its threads split the hidden dimension 8 elements at a time,
+// the expert's weight row is fetched before waiting for the previous kernel (weights are
+// constant), the logit goes to p.logits. The last block of a token chunk to finish (counted with
+// an atomic after a __threadfence, so every other block's logits are visible to it) runs the
+// selection for the chunk, a warp per token, and resets its counter for the next launch.
+constexpr int kRouterFusedMaxVecs = 4;  // 16-byte weight vectors per thread: hidden <= 8192
+constexpr int kRouterFusedMaxTokens = 256;
+
+__host__ __device__ inline bool router_fused_supported(int hidden, int experts, int n_group, int top_k) {
+  return hidden % 8 == 0 && hidden <= kRouterThreads * 8 * kRouterFusedMaxVecs && experts <= kRouterMaxExperts &&
+         n_group <= kRouterMaxGroups && top_k <= kRouterMaxGroups;
+}
+
+__device__ __forceinline__ void moe_router_fused_block(const LmHeadParams& lg, const MoeRouterParams& p,
+                                                       int* counters, const RouterNormIn& norm, int e, int chunk,
+                                                       float* wscratch) {
+  __shared__ float red[kRouterWarps][kRouterWarps];
+  __shared__ float nscratch[32];
+  __shared__ int is_last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int vecs = lg.hidden / 8;
+  uint4 wv[kRouterFusedMaxVecs];
+  const uint4* wrow = reinterpret_cast<const uint4*>(lg.w + static_cast<int64_t>(e) * lg.hidden);
+#pragma unroll
+  for (int k = 0; k < kRouterFusedMaxVecs; ++k) {
+    const int v = threadIdx.x + k * kRouterThreads;
+    if (v < vecs) wv[k] = wrow[v];
+  }
+  if (norm.residual)  // the norm weight (also constant) into L2 while the previous kernel drains
+    for (int i = threadIdx.x * 32; i < lg.hidden; i += kRouterThreads * 32)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(norm.weight + i));
+  pdl::wait();
+  pdl::launch_dependents();
+  const int n0 = chunk * kRouterWarps, nt = min(kRouterWarps, p.n - n0);
+  float acc[kRouterWarps];
+#pragma unroll
+  for (int t = 0; t < kRouterWarps; ++t) acc[t] = 0.f;
+  if (norm.residual) {
+    // Token by token: x = residual + delta (fp32, the reference's order), its sum of squares
+    // over the block, then the bf16 normed row, dotted with the weight row in registers. Every
+    // block computes the same bits in the same order; the expert-0 blocks store them.
+#pragma unroll
+    for (int t = 0; t < kRouterWarps; ++t) {
+      if (t < nt) {  // block-uniform
+        const int64_t row = static_cast<int64_t>(n0 + t) * lg.hidden;
+        float xs[kRouterFusedMaxVecs][8];
+        float ss = 0.f;
+#pragma unroll
+        for (int k = 0; k < kRouterFusedMaxVecs; ++k) {
+          const int v = threadIdx.x + k * kRouterThreads;
+          if (v < vecs) {
+            const float4 r0 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v];
+            const float4 r1 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v + 1];
+            float d[8];
+            bf16x8_to_float(reinterpret_cast<const uint4*>(norm.delta + row)[v], d);
+            xs[k][0] = r0.x + d[0]; xs[k][1] = r0.y + d[1]; xs[k][2] = r0.z + d[2]; xs[k][3] = r0.w + d[3];
+            xs[k][4] = r1.x + d[4]; xs[k][5] = r1.y + d[5]; xs[k][6] = r1.z + d[6]; xs[k][7] = r1.w + d[7];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) ss += xs[k][j] * xs[k][j];
+          }
+        }
+        const float inv = rsqrtf(block_sum(ss, nscratch) / lg.hidden + norm.eps);
+#pragma unroll
+        for (int k = 0; k < kRouterFusedMaxVecs; ++k) {
+          const int v = threadIdx.x + k * kRouterThreads;
+          if (v < vecs) {
+            const float4 g0 = reinterpret_cast<const float4*>(norm.weight)[2 * v];
+            const float4 g1 = reinterpret_cast<const float4*>(norm.weight)[2 * v + 1];
+            const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+            float y[8], wf[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) y[j] = xs[k][j] * inv * g[j];
+            const uint4 yb = float_to_bf16x8(y);
+            if (e == 0) reinterpret_cast<uint4*>(norm.out + row)[v] = yb;
+            bf16x8_to_float(yb, y);
+            bf16x8_to_float(wv[k], wf);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[t] += wf[j] * y[j];
+          }
+        }
+      }
     }
+  }
+#pragma unroll
+  for (int k = 0; k < kRouterFusedMaxVecs && !norm.residual; ++k) {
+    const int v = threadIdx.x + k * kRouterThreads;
+    if (v < vecs) {
+      float wf[8];
+      bf16x8_to_float(wv[k], wf);
+#pragma unroll
+      for (int t = 0; t < kRouterWarps; ++t) {
+        if (t < nt) {
+          float xf[8];
+          bf16x8_to_float(reinterpret_cast<const uint4*>(lg.x + static_cast<int64_t>(n0 + t) * lg.hidden)[v], xf);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[t] += wf[j] * xf[j];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kRouterWarps; ++t) {
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) red[warp][t] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < nt) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kRouterWarps; ++w) s += red[w][threadIdx.x];
+    lg.logits[static_cast<int64_t>(n0 + threadIdx.x) * lg.vocab + e] = s;
+  }
+  __threadfence();  // this block's logits are visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(counters + chunk, 1) == lg.vocab - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  if (threadIdx.x == 0) counters[chunk] = 0;  // every block of the chunk has counted: ready for the next launch
+  if (warp < nt) {
+    const int t = n0 + warp;
+    moe_router_select_warp(p, t, lg.logits + static_cast<int64_t>(t) * lg.vocab,
+                           wscratch + warp * router_warp_scratch_floats(p.experts));
   }
 }
 

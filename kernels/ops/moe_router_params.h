@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/ops/lm_head_params.h"
+
 namespace rs::cuda {
 
 enum class RouterScoring : uint8_t { Softmax, Sigmoid };
@@ -27,5 +29,28 @@ struct MoeRouterParams {
   float* margins = nullptr;          // [n] nullable: smallest gap at this token's group/expert cut
 };
 void launch_moe_router(const MoeRouterParams& p, cudaStream_t stream);
+
+// Router logits (fp32 GEMV over the bf16 router weight, lg.vocab = experts) and selection in one
+// launch, for decode-sized token counts. `counters`: one int per chunk of 8 tokens
+// (moe_router_fused_counters(n)), zero before the first launch; the kernel leaves them zero.
+bool moe_router_fused_supported(const LmHeadParams& lg, const MoeRouterParams& p);
+bool moe_router_fused_fits(int n, int hidden, int experts, int n_group, int top_k);
+inline int moe_router_fused_counters(int n) { return (n + 7) / 8; }
+
+// Optionally the fused router also does the post-attention add + RMSNorm of its input rows:
+// x = bf16(RMSNorm(residual + delta) * weight) is computed in every block from the fp32 residual
+// (not lg.x) and written to `out` by the blocks of expert 0, for the experts that follow. The
+// residual itself is not updated: the caller adds `delta` in the next add + RMSNorm (as its first
+// delta, so the fp32 additions happen in the reference's order). Up to kRouterNormMaxTokens rows.
+struct RouterNormIn {
+  const float* residual = nullptr;      // [n, hidden] fp32
+  const __nv_bfloat16* delta = nullptr;  // [n, hidden] the attention output
+  const float* weight = nullptr;         // [hidden] post_attention_layernorm
+  __nv_bfloat16* out = nullptr;          // [n, hidden]
+  float eps = 1e-6f;
+};
+constexpr int kRouterNormMaxTokens = 16;
+void launch_moe_router_fused(const LmHeadParams& lg, const MoeRouterParams& p, int* counters, cudaStream_t stream,
+                             const RouterNormIn* norm = nullptr);
 
 }  // namespace rs::cuda

@@ -1,13 +1,80 @@
 #pragma once
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/ops/rmsnorm_params.h"
 
 namespace rs::cuda {
 
+constexpr int kAddRmsNormThreads = 256;
+constexpr int kAddRmsNormMaxChunks = 8;  // float4 chunks per thread: hidden <= 8192 on this path
+
 // Statistics in fp32 over the fp32 residual: the residual never passes through bf16, so the
 // stream accumulates exactly as the fp32 reference does except for the bf16 sub-layer outputs.
+// The row lives in registers between the two passes (one round of loads, all issued before the
+// first use: the residual store cannot alias a later load), and the norm weight, constant during
+// a step, is fetched before waiting for the kernel that produced the deltas.
 __device__ __forceinline__ void add_rmsnorm_row(const AddRmsNormParams& p, int row) {
   __shared__ float scratch[32];
+  const int64_t off = static_cast<int64_t>(row) * p.hidden;
+  const int chunks = p.hidden / 4;
+  float4 wt[kAddRmsNormMaxChunks];
+#pragma unroll
+  for (int k = 0; k < kAddRmsNormMaxChunks; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c < chunks) wt[k] = reinterpret_cast<const float4*>(p.weight)[c];
+  }
+  pdl::wait();
+  pdl::launch_dependents();
+  float4* res = reinterpret_cast<float4*>(p.residual + off);
+  float4 v[kAddRmsNormMaxChunks];
+  uint2 d0[kAddRmsNormMaxChunks], d1[kAddRmsNormMaxChunks], d2[kAddRmsNormMaxChunks];
+#pragma unroll
+  for (int k = 0; k < kAddRmsNormMaxChunks; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c < chunks) {
+      v[k] = res[c];
+      if (p.delta0) d0[k] = reinterpret_cast<const uint2*>(p.delta0 + off)[c];
+      if (p.delta1) d1[k] = reinterpret_cast<const uint2*>(p.delta1 + off)[c];
+      if (p.delta2) d2[k] = reinterpret_cast<const uint2*>(p.delta2 + off)[c];
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < kAddRmsNormMaxChunks; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c < chunks) {
+      // Same order as the reference: residual + delta0, then + delta1, then + delta2.
+      auto add = [&](const uint2& d) {
+        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&d.x));
+        const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&d.y));
+        v[k].x += a.x; v[k].y += a.y; v[k].z += b.x; v[k].w += b.y;
+      };
+      if (p.delta0) add(d0[k]);
+      if (p.delta1) add(d1[k]);
+      if (p.delta2) add(d2[k]);
+      res[c] = v[k];
+      ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    }
+  }
+  const float inv = rsqrtf(block_sum(ss, scratch) / p.hidden + p.eps);
+  uint2* out = reinterpret_cast<uint2*>(p.out + off);
+#pragma unroll
+  for (int k = 0; k < kAddRmsNormMaxChunks; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c < chunks) {
+      uint2 o;
+      *reinterpret_cast<__nv_bfloat162*>(&o.x) = __floats2bfloat162_rn(v[k].x * inv * wt[k].x, v[k].y * inv * wt[k].y);
+      *reinterpret_cast<__nv_bfloat162*>(&o.y) = __floats2bfloat162_rn(v[k].z * inv * wt[k].z, v[k].w * inv * wt[k].w);
+      out[c] = o;
+    }
+  }
+}
+
+// Any width (rows not a multiple of 4 wide or wider than the register path holds).
+__device__ __forceinline__ void add_rmsnorm_row_any(const AddRmsNormParams& p, int row) {
+  __shared__ float scratch[32];
+  pdl::wait();
+  pdl::launch_dependents();
   float* res = p.residual + static_cast<int64_t>(row) * p.hidden;
   const int64_t off = static_cast<int64_t>(row) * p.hidden;
   float ss = 0.f;
@@ -15,12 +82,17 @@ __device__ __forceinline__ void add_rmsnorm_row(const AddRmsNormParams& p, int r
     float v = res[i];
     if (p.delta0) v += __bfloat162float(p.delta0[off + i]);
     if (p.delta1) v += __bfloat162float(p.delta1[off + i]);
+    if (p.delta2) v += __bfloat162float(p.delta2[off + i]);
     res[i] = v;
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss, scratch) / p.hidden + p.eps);
   for (int i = threadIdx.x; i < p.hidden; i += blockDim.x)
     p.out[off + i] = __float2bfloat16(res[i] * inv * p.weight[i]);
+}
+
+__host__ __device__ inline bool add_rmsnorm_vectorized(int hidden) {
+  return hidden % 4 == 0 && hidden / 4 <= kAddRmsNormThreads * kAddRmsNormMaxChunks;
 }
 
 __device__ __forceinline__ void rmsnorm_row(const RmsNormRowsParams& p, int row) {

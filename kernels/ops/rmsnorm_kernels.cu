@@ -5,10 +5,12 @@
 // Launched with programmatic stream serialization (kern::launch_pdl): each kernel waits for its
 // predecessor before touching memory, then lets its successor get scheduled early.
 namespace rs::cuda {
-__global__ void add_rmsnorm_kernel(const AddRmsNormParams p) {
-  pdl::wait();
-  pdl::launch_dependents();
+// The norm weight is read before the wait (see add_rmsnorm_row); the residual only after it.
+__global__ void __launch_bounds__(kAddRmsNormThreads) add_rmsnorm_kernel(const AddRmsNormParams p) {
   add_rmsnorm_row(p, blockIdx.x);
+}
+__global__ void __launch_bounds__(kAddRmsNormThreads) add_rmsnorm_any_kernel(const AddRmsNormParams p) {
+  add_rmsnorm_row_any(p, blockIdx.x);
 }
 __global__ void rmsnorm_rows_kernel(const RmsNormRowsParams p) {
   pdl::wait();
@@ -16,7 +18,11 @@ __global__ void rmsnorm_rows_kernel(const RmsNormRowsParams p) {
   rmsnorm_row(p, blockIdx.x);
 }
 void launch_add_rmsnorm(const AddRmsNormParams& p, cudaStream_t stream) {
-  if (p.n > 0) kern::launch_pdl(add_rmsnorm_kernel, dim3(p.n), dim3(512), 0, stream, p);
+  if (p.n <= 0) return;
+  if (add_rmsnorm_vectorized(p.hidden))
+    kern::launch_pdl(add_rmsnorm_kernel, dim3(p.n), dim3(kAddRmsNormThreads), 0, stream, p);
+  else
+    kern::launch_pdl(add_rmsnorm_any_kernel, dim3(p.n), dim3(kAddRmsNormThreads), 0, stream, p);
 }
 void launch_rmsnorm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
   if (p.n > 0) kern::launch_pdl(rmsnorm_rows_kernel, dim3(p.n), dim3(256), 0, stream, p);

@@ -10,6 +10,7 @@ struct AddRmsNormParams {
   float* residual = nullptr;                 // [n, hidden] fp32, updated in place
   const __nv_bfloat16* delta0 = nullptr;     // [n, hidden] added first (nullable)
   const __nv_bfloat16* delta1 = nullptr;     // [n, hidden] added second (nullable)
+  const __nv_bfloat16* delta2 = nullptr;     // [n, hidden] added third (nullable)
   const float* weight = nullptr;             // [hidden]
   __nv_bfloat16* out = nullptr;              // [n, hidden]
   int n = 0, hidden = 0;

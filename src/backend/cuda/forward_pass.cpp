@@ -127,6 +127,8 @@ void ForwardPass::ensure_capacity(const Capacity& want, cudaStream_t stream,
   topk_w_.reset(N * K * 4, "routing weights");
   router_logits_.reset(N * std::max(1, s.n_routed_experts) * 4, "router logits");
   route_margins_.reset(size_t(s.num_hidden_layers) * N * 4, "routing margins");
+  router_counters_.reset(size_t(moe_router_fused_counters(int(N))) * 4, "router chunk counters");
+  RS_CUDA(cudaMemsetAsync(router_counters_.get(), 0, router_counters_.bytes(), stream));
   size_t max_parts = 0;
   for (int r = 1; r <= c.decode_rows; ++r) max_parts = std::max(max_parts, size_t(r) * decode_splits(r));
   part_o_.reset(max_parts * nh * R * 4, "attention partials");
@@ -334,7 +336,8 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     dp.seq_lens = seq_lens_d_;
     dp.part_o = part_o_.get<float>();
     dp.part_lse = part_lse_.get<float>();
-    dp.out = olat_.get<__nv_bfloat16>();
+    const bool merge_in_v_up = mla_v_up_merges_splits(nd);
+    dp.out = merge_in_v_up ? nullptr : olat_.get<__nv_bfloat16>();  // nullptr: no combine kernel
     dp.batch = nd;
     dp.heads = nh;
     dp.splits = decode_splits(nd);
@@ -351,7 +354,12 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     vu.nope = nope;
     vu.vdim = vd;
     vu.kv_lora = R;
-    { RS_OP("mla v up"); launch_mla_v_up(vu, stream); }
+    if (merge_in_v_up) {
+      vu.part_o = dp.part_o;
+      vu.part_lse = dp.part_lse;
+      vu.splits = dp.splits;
+    }
+    { RS_OP(merge_in_v_up ? "mla v up + split merge" : "mla v up"); launch_mla_v_up(vu, stream); }
   }
   for (const Prefill& pf : prefills) {  // expanded form over the cached prefix and the chunk
     const int len = pf.start + pf.T;
@@ -387,7 +395,18 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   linear(L.o_proj, attn_v_.get<__nv_bfloat16>(), n, attn_out_.get<__nv_bfloat16>(), lws, stream);
 }
 
-void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1) {
+// Small decode batches fold the post-attention add + RMSNorm, the router logits and the selection
+// into one launch. Above kRouterNormMaxTokens rows the two separate kernels stay: on the H200 the
+// fused router (without the norm) made the batch-64 step 1.4 ms slower (14.86 vs 13.44 ms), while
+// at batch 1 the fusions saved 0.31 ms (docs/perf/cuda.md).
+bool ForwardPass::router_takes_norm(int layer, int n) const {
+  const ModelSpec& s = spec_;
+  return w_.layers[layer].moe && n <= kRouterNormMaxTokens &&
+         moe_router_fused_fits(n, s.hidden_size, s.n_routed_experts, s.n_group, s.num_experts_per_tok);
+}
+
+void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1,
+                      const __nv_bfloat16* attn_delta) {
   const ModelSpec& s = spec_;
   const DeviceLayer& L = w_.layers[layer];
   if (!L.moe) {
@@ -396,17 +415,15 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     *d1 = nullptr;
     return;
   }
-  {
-    RS_OP("router logits (gemv)");
-    LmHeadParams lg;
-    lg.x = xn_.get<__nv_bfloat16>();
-    lg.w = L.router;
-    lg.logits = router_logits_.get<float>();
-    lg.n = n;
-    lg.hidden = s.hidden_size;
-    lg.vocab = s.n_routed_experts;
-    launch_lm_head(lg, stream);
-  }
+  // With attn_delta set, xn_ holds this layer's post-attention norm only once the fused router
+  // below has run: everything that reads xn_ (experts, shared experts) must be launched after it.
+  LmHeadParams lg;  // router logits: fp32 GEMV over the bf16 router weight
+  lg.x = xn_.get<__nv_bfloat16>();
+  lg.w = L.router;
+  lg.logits = router_logits_.get<float>();
+  lg.n = n;
+  lg.hidden = s.hidden_size;
+  lg.vocab = s.n_routed_experts;
   MoeRouterParams r;
   r.logits = router_logits_.get<float>();
   r.bias = L.router_bias;
@@ -427,7 +444,19 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
   r.topk_ids = ids;
   r.topk_weights = topk_w_.get<float>();
   r.margins = route_margins_.get<float>() + size_t(layer) * cap_.tokens;
-  { RS_OP("moe router"); launch_moe_router(r, stream); }
+  if (attn_delta) {  // router_takes_norm(layer, n): add + RMSNorm, logits and selection in one launch
+    RouterNormIn nin;
+    nin.residual = residual_.get<float>();
+    nin.delta = attn_delta;
+    nin.weight = L.post_norm;
+    nin.out = xn_.get<__nv_bfloat16>();
+    nin.eps = static_cast<float>(s.rms_norm_eps);
+    RS_OP("add+rmsnorm + router logits + selection (fused)");
+    launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin);
+  } else {
+    { RS_OP("router logits (gemv)"); launch_lm_head(lg, stream); }
+    { RS_OP("moe router"); launch_moe_router(r, stream); }
+  }
   const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
   {
   RS_OP("moe_experts");
@@ -460,21 +489,33 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
   an.n = n;
   an.hidden = s.hidden_size;
   an.eps = static_cast<float>(s.rms_norm_eps);
+  // The attention output of a layer whose router did the post-attention norm: not yet in the
+  // residual, added first by the next add + RMSNorm (residual + attn + mlp + shared, the same
+  // fp32 additions in the same order as two separate updates).
+  const __nv_bfloat16* pending = nullptr;
+  auto set_deltas = [&]() {
+    an.delta0 = pending ? pending : d0;
+    an.delta1 = pending ? d0 : d1;
+    an.delta2 = pending ? d1 : nullptr;
+    pending = nullptr;
+  };
   for (int l = 0; l < s.num_hidden_layers; ++l) {
     const DeviceLayer& L = w_.layers[l];
-    an.delta0 = d0;
-    an.delta1 = d1;
+    set_deltas();
     an.weight = L.input_norm;
     { RS_OP("add+rmsnorm"); launch_add_rmsnorm(an, stream); }
     attention(l, n, nd, prefills, stream);
-    an.delta0 = attn_out_.get<__nv_bfloat16>();
-    an.delta1 = nullptr;
-    an.weight = L.post_norm;
-    { RS_OP("add+rmsnorm"); launch_add_rmsnorm(an, stream); }
-    mlp(l, n, stream, &d0, &d1);
+    if (router_takes_norm(l, n)) {
+      pending = attn_out_.get<__nv_bfloat16>();
+    } else {
+      an.delta0 = attn_out_.get<__nv_bfloat16>();
+      an.delta1 = an.delta2 = nullptr;
+      an.weight = L.post_norm;
+      { RS_OP("add+rmsnorm"); launch_add_rmsnorm(an, stream); }
+    }
+    mlp(l, n, stream, &d0, &d1, pending);
   }
-  an.delta0 = d0;
-  an.delta1 = d1;
+  set_deltas();
   an.weight = w_.final_norm;
   { RS_OP("add+rmsnorm"); launch_add_rmsnorm(an, stream); }
   LmHeadParams lh;

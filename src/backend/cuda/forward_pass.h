@@ -70,7 +70,11 @@ class ForwardPass {
   void forward(int n, int nd, const std::vector<Prefill>& prefills, int nlogits, const int32_t* logit_rows,
                cudaStream_t stream);
   void attention(int layer, int n, int nd, const std::vector<Prefill>& prefills, cudaStream_t stream);
-  void mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1);
+  // attn_delta: the attention output when the post-attention add + RMSNorm is left to the fused
+  // router (router_takes_norm); the caller then adds it to the residual in the next add + RMSNorm.
+  void mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1,
+           const __nv_bfloat16* attn_delta = nullptr);
+  bool router_takes_norm(int layer, int n) const;
   void dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloat16* out, cudaStream_t stream);
 
   const ModelSpec& spec_;
@@ -86,6 +90,7 @@ class ForwardPass {
   DeviceBuffer residual_, xn_, qa_, q_, kva_, qabs_, olat_, attn_v_, attn_out_;
   DeviceBuffer g_, u_, act_, mlp_out_, shared_out_, topk_ids_, topk_w_, part_o_, part_lse_;
   DeviceBuffer lat_, pe_, kvexp_, logits_, linear_ws_, moe_ws_, router_logits_, route_margins_;
+  DeviceBuffer router_counters_;  // fused router: one int per 8-token chunk, left zero by the kernel
   // step metadata
   DeviceBuffer meta_, bt_, prefill_bt_;
   int32_t *tokens_d_ = nullptr, *positions_d_ = nullptr, *slots_d_ = nullptr, *seq_lens_d_ = nullptr,
