@@ -47,19 +47,16 @@ __global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_whole
   lamport_end(p.ws, buffer, p.rows * fused_row_vecs(p.hidden, E::kLanes));
 }
 
-template <ElemType kType, int kVecs, bool kCluster>
-__global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_kernel(const __grid_constant__ FusedArNormParams p) {
+template <ElemType kType, int kVecs>
+__global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_cluster_kernel(const __grid_constant__ FusedArNormParams p) {
   using E = Elem<kType>;
   __shared__ uint32_t s_buffer;
-  const FusedGamma<kVecs> gamma = fused_load_gamma<E, kVecs, kCluster>(p, blockIdx.x, gridDim.x);  // prologue: weights only
+  const FusedGamma<kVecs> gamma = fused_load_gamma_cluster<E, kVecs>(p, blockIdx.x, gridDim.x);  // prologue: weights only
   pdl::wait();
   const uint32_t buffer = lamport_begin(p.ws, &s_buffer);
   pdl::launch_dependents();
-  fused_allreduce_rmsnorm_op<E, kVecs, kCluster>(p, gamma, buffer, blockIdx.x, gridDim.x);
-  const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
-  const uint32_t chunks = (row_vecs + p.chunk_vecs - 1) / p.chunk_vecs;
-  lamport_end(p.ws, buffer, p.rows * row_vecs,
-              !kCluster && chunks > 1 ? p.rows * fused_partial_vecs_per_row(chunks) : 0u);
+  fused_allreduce_rmsnorm_cluster_op<E, kVecs>(p, gamma, buffer, blockIdx.x, gridDim.x);
+  lamport_end(p.ws, buffer, p.rows * fused_row_vecs(p.hidden, E::kLanes));
 }
 
 __global__ void arm_kernel(uint4* dst, size_t vecs, uint32_t word) {
@@ -103,25 +100,23 @@ cudaError_t launch_fused_allreduce_rmsnorm_whole_row(const FusedArNormParams& p,
   return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
 }
 
-cudaError_t launch_fused_allreduce_rmsnorm(const FusedArNormParams& p, LaunchShape s, int vecs_per_thread,
-                                           int cluster, cudaStream_t stream) {
+cudaError_t launch_fused_allreduce_rmsnorm_cluster(const FusedArNormParams& p, LaunchShape s, int vecs_per_thread,
+                                                   int cluster, cudaStream_t stream) {
   const uint32_t row_vecs = p.hidden * (p.type == ElemType::bf16 ? 2u : 4u) / kVecBytes;
   const uint32_t chunks = p.chunk_vecs ? (row_vecs + p.chunk_vecs - 1) / p.chunk_vecs : 0u;
-  const uint32_t span = cluster > 0 ? static_cast<uint32_t>(cluster) : chunks;
   if (s.threads < 32 || s.threads > kCommMaxThreads || s.threads % 32 != 0 || chunks == 0 ||
-      p.chunk_vecs > static_cast<uint32_t>(s.threads * vecs_per_thread) || chunks > span ||
-      span > static_cast<uint32_t>(s.ctas) || (cluster > 0 && (cluster > 8 || s.ctas % cluster != 0)))
+      p.chunk_vecs > static_cast<uint32_t>(s.threads * vecs_per_thread) || cluster < 1 ||
+      cluster > kFusedMaxCluster || (cluster & (cluster - 1)) != 0 || chunks > static_cast<uint32_t>(cluster) ||
+      s.ctas % cluster != 0)
     return cudaErrorInvalidConfiguration;  // the host picks the split (Comm::all_reduce_residual_rmsnorm)
   const bool bf16 = p.type == ElemType::bf16;
   void (*k)(const FusedArNormParams);
-#define RS_FUSED_PICK(V, C) (bf16 ? &fused_allreduce_rmsnorm_kernel<ElemType::bf16, V, C> : &fused_allreduce_rmsnorm_kernel<ElemType::fp32, V, C>)
   switch (vecs_per_thread) {
-    case 1: k = cluster > 0 ? RS_FUSED_PICK(1, true) : RS_FUSED_PICK(1, false); break;
-    case 2: k = cluster > 0 ? RS_FUSED_PICK(2, true) : RS_FUSED_PICK(2, false); break;
-    case 4: k = cluster > 0 ? RS_FUSED_PICK(4, true) : RS_FUSED_PICK(4, false); break;
+    case 1: k = bf16 ? &fused_allreduce_rmsnorm_cluster_kernel<ElemType::bf16, 1> : &fused_allreduce_rmsnorm_cluster_kernel<ElemType::fp32, 1>; break;
+    case 2: k = bf16 ? &fused_allreduce_rmsnorm_cluster_kernel<ElemType::bf16, 2> : &fused_allreduce_rmsnorm_cluster_kernel<ElemType::fp32, 2>; break;
+    case 4: k = bf16 ? &fused_allreduce_rmsnorm_cluster_kernel<ElemType::bf16, 4> : &fused_allreduce_rmsnorm_cluster_kernel<ElemType::fp32, 4>; break;
     default: return cudaErrorInvalidConfiguration;
   }
-#undef RS_FUSED_PICK
   if (cluster > 1) return parallel::launch_maybe_pdl_cluster(k, grid_of(s), block_of(s), cluster, 0, stream, s.pdl, p);
   return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
 }
@@ -132,18 +127,12 @@ cudaError_t preload_comm_kernels() {
       reinterpret_cast<const void*>(&lamport_oneshot_kernel<ElemType::fp32>),
       reinterpret_cast<const void*>(&two_shot_kernel<ElemType::bf16>),
       reinterpret_cast<const void*>(&two_shot_kernel<ElemType::fp32>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::bf16, 1, false>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::bf16, 2, false>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::bf16, 4, false>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::fp32, 1, false>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::fp32, 2, false>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::fp32, 4, false>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::bf16, 1, true>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::bf16, 2, true>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::bf16, 4, true>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::fp32, 1, true>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::fp32, 2, true>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_kernel<ElemType::fp32, 4, true>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_cluster_kernel<ElemType::bf16, 1>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_cluster_kernel<ElemType::bf16, 2>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_cluster_kernel<ElemType::bf16, 4>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_cluster_kernel<ElemType::fp32, 1>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_cluster_kernel<ElemType::fp32, 2>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_cluster_kernel<ElemType::fp32, 4>),
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 1>),
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 2>),
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 4>),

@@ -17,15 +17,13 @@ struct LaunchShape {
 
 cudaError_t launch_lamport_oneshot(const OneShotParams& p, LaunchShape shape, cudaStream_t stream);
 cudaError_t launch_two_shot(const TwoShotParams& p, LaunchShape shape, cudaStream_t stream);
-// Rows split into chunks of p.chunk_vecs <= shape.threads x vecs_per_thread (1, 2 or 4) vectors,
-// one per CTA. cluster > 0: the chunks of a row are one thread block cluster of that size (<= 8,
-// dividing shape.ctas) and the sum of squares is combined through DSMEM; cluster == 0: through
-// the workspace's auxiliary region (N + 1 regions).
-cudaError_t launch_fused_allreduce_rmsnorm(const FusedArNormParams& p, LaunchShape shape, int vecs_per_thread,
-                                           int cluster, cudaStream_t stream);
-// The previous variant (one CTA per row), kept selectable for the A/B benchmark only.
+// One CTA per row (rows dealt round-robin); shape.threads x (1, 2 or 4) vectors hold a row.
 cudaError_t launch_fused_allreduce_rmsnorm_whole_row(const FusedArNormParams& p, LaunchShape shape,
                                                      cudaStream_t stream);
+// A row split over a thread block cluster of `cluster` CTAs (a power of two <= 8 dividing
+// shape.ctas), chunks of p.chunk_vecs <= shape.threads x vecs_per_thread (1, 2 or 4) vectors.
+cudaError_t launch_fused_allreduce_rmsnorm_cluster(const FusedArNormParams& p, LaunchShape shape, int vecs_per_thread,
+                                                   int cluster, cudaStream_t stream);
 // Loads every comm kernel into the current device's context now. With lazy module loading (the
 // CUDA 12+ default) a kernel's first launch may wait for the whole GPU; a rank that first launches
 // while a peer rank on the same GPU already spins in a collective would then deadlock.

@@ -24,9 +24,6 @@ struct alignas(16) LamportState {
   // Vectors per region written into each buffer at its last use: the extent the next re-arm clears.
   uint32_t dirty_vecs[kLamportBuffers];
   uint32_t reported;  // set by the first spin-wait that times out, so one thread prints
-  // Vectors of the auxiliary region (index nranks; the fused op's per-CTA partial sums) written
-  // into each buffer at its last use; 0 for the ops that have no auxiliary region.
-  uint32_t dirty_aux_vecs[kLamportBuffers];
   // Buffer index of the next call, one entry per CTA. Every CTA of every call advances its own
   // entry, so the entries stay equal without any cross-CTA synchronisation; this is why a
   // workspace's grid size is fixed for its lifetime.
@@ -68,21 +65,14 @@ struct TwoShotParams {
   ElemType type;
 };
 
-// A fused row is split into chunks of threads x vecs-per-thread vectors, one chunk per CTA; the
-// largest chunk (one CTA holding the whole row, when the grid is tiny) bounds the row.
+// A fused row is split into chunks of p.chunk_vecs vectors, one chunk per CTA (a whole row in
+// one CTA, or one chunk per CTA of a thread block cluster); each thread holds up to this many
+// vectors of its chunk in registers.
 constexpr int kFusedMaxVecsPerThread = 4;  // hidden <= 4 * 512 * lanes (16384 bf16, 8192 fp32)
 constexpr int kFusedMaxThreads = 512;
-
-// Chunks a row of `row_vecs` vectors is split into, at `threads` x `vecs_per_thread` per chunk.
-__host__ __device__ inline uint32_t fused_chunks(uint32_t row_vecs, uint32_t threads, uint32_t vecs_per_thread) {
-  return (row_vecs + threads * vecs_per_thread - 1) / (threads * vecs_per_thread);
-}
-// Each row's per-chunk partial sums of squares take whole vectors (4 floats each) of the
-// auxiliary region, so one row's partials never share a vector with another row's.
-__host__ __device__ inline uint32_t fused_partial_vecs_per_row(uint32_t chunks) { return (chunks + 3) / 4; }
+constexpr int kFusedMaxCluster = 8;        // portable thread block cluster size
 
 // residual_out = residual + all_reduce(x);  normed = rmsnorm(residual_out) * gamma.
-// Workspace regions: 0..N-1 peer slots, N the per-CTA partial sums of squares.
 // The norm reads residual_out as rounded to the element type: the same numbers an unfused
 // all-reduce -> add -> norm sequence sees. residual_out may alias residual.
 struct FusedArNormParams {

@@ -9,7 +9,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstdio>  // device printf of the spin-wait diagnostic
 
 #include "kernels/comm/comm_layout.h"
 
@@ -116,10 +115,6 @@ __device__ __forceinline__ void st_volatile(uint4* p, const uint4& v) {
                : "memory");
 }
 
-__device__ __forceinline__ void st_volatile_u32(uint32_t* p, uint32_t v) {
-  asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 // Vector `vec` of an array of `count` elements; lanes past the end read as +0.0.
 template <class E>
 __device__ __forceinline__ uint4 load_vec(const void* base, uint64_t count, uint64_t vec) {
@@ -160,22 +155,13 @@ struct WaitSite {
   uint32_t* reported;  // this rank's LamportState::reported: the first timed-out thread prints
 };
 
-// Spins on p until `ready(vector)` holds; past timeout_ns the first timed-out thread of the rank
-// prints where it waited and every waiting thread traps.
-template <class Ready>
-__device__ __noinline__ uint4 wait_slow_until(const uint4* p, uint64_t timeout_ns, WaitSite site,
-                                              const char* type_name, Ready ready) {
-  // The clock starts at the 256th spin, not at entry: a wait that ends within a few polls (the
-  // common case) never reads %globaltimer, whose read is not free. The bound becomes timeout_ns
-  // plus 256 polls.
-  uint64_t start = 0;
+template <class E>
+__device__ __noinline__ uint4 wait_slow(const uint4* p, uint64_t timeout_ns, WaitSite site) {
+  const uint64_t start = global_time_ns();
   for (uint32_t spin = 0;; ++spin) {
     const uint4 v = ld_volatile(p);
-    if (ready(v)) return v;
-    if ((spin & 255u) != 255u) continue;
-    const uint64_t now = global_time_ns();
-    if (start == 0) start = now;
-    if (now - start > timeout_ns) {
+    if (!E::has_sentinel(v)) return v;
+    if ((spin & 255u) == 255u && global_time_ns() - start > timeout_ns) {
       if (atomicCAS(site.reported, 0u, 1u) != 0u) {
         // Another thread reports; trapping at once could end the kernel before its line is out.
         const uint64_t grace = global_time_ns();
@@ -185,22 +171,12 @@ __device__ __noinline__ uint4 wait_slow_until(const uint4* p, uint64_t timeout_n
       printf("rackserve comm: %s (%s) on rank %d timed out after %llu ms waiting for buffer %u "
              "slot %u vector %llu (block %d thread %d): a peer never wrote it (peer not "
              "launched, mismatched call sequence, or dead GPU); trapping\n",
-             site.op, type_name, site.rank, static_cast<unsigned long long>(timeout_ns / 1000000),
+             site.op, E::kName, site.rank, static_cast<unsigned long long>(timeout_ns / 1000000),
              site.buffer, site.region, static_cast<unsigned long long>(site.vec),
              static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x));
       __trap();
     }
   }
-}
-
-template <class E>
-struct DataReady {
-  __device__ bool operator()(const uint4& v) const { return !E::has_sentinel(v); }
-};
-
-template <class E>
-__device__ __forceinline__ uint4 wait_slow(const uint4* p, uint64_t timeout_ns, WaitSite site) {
-  return wait_slow_until(p, timeout_ns, site, E::kName, DataReady<E>{});
 }
 
 // `first` is a poll of p already issued (so several slots' polls can be in flight at once).
@@ -279,14 +255,11 @@ __device__ __forceinline__ uint32_t lamport_begin(const LamportView& ws, uint32_
 }
 
 __device__ __forceinline__ void lamport_end(const LamportView& ws, uint32_t buffer,
-                                            uint32_t vecs_used, uint32_t aux_vecs_used = 0) {
+                                            uint32_t vecs_used) {
   __syncthreads();  // every thread of this CTA has read the state before it moves on
   if (threadIdx.x == 0) {
     ws.state->next_buffer[blockIdx.x] = (buffer + 1) % kLamportBuffers;
-    if (blockIdx.x == 0) {
-      ws.state->dirty_vecs[buffer] = vecs_used;
-      ws.state->dirty_aux_vecs[buffer] = aux_vecs_used;
-    }
+    if (blockIdx.x == 0) ws.state->dirty_vecs[buffer] = vecs_used;
   }
 }
 

@@ -31,7 +31,7 @@ struct AllReduceCliOptions {
   std::string two_shot_max;
   bool hang_selftest = false;
   int fused_threads = 128;
-  std::string fused_variant = "cluster";
+  std::string fused_variant = "auto";
   int fused_span = 0;
 };
 
@@ -137,10 +137,10 @@ void run(const AllReduceCliOptions& o) {
   cfg.enable_nccl = !o.no_nccl;
   cfg.fused_threads = o.fused_threads;
   cfg.fused_span = o.fused_span;
-  if (o.fused_variant == "cluster") cfg.fused_variant = parallel::FusedVariant::cluster;
-  else if (o.fused_variant == "workspace") cfg.fused_variant = parallel::FusedVariant::workspace;
+  if (o.fused_variant == "auto") cfg.fused_variant = parallel::FusedVariant::automatic;
   else if (o.fused_variant == "whole-row") cfg.fused_variant = parallel::FusedVariant::whole_row;
-  else throw Error("--fused-variant " + o.fused_variant + ": expected cluster, workspace or whole-row");
+  else if (o.fused_variant == "cluster") cfg.fused_variant = parallel::FusedVariant::cluster;
+  else throw Error("--fused-variant " + o.fused_variant + ": expected auto, whole-row or cluster");
   if (!o.oneshot_max.empty()) cfg.dispatch.oneshot_max_bytes = parse_size(o.oneshot_max);
   if (!o.two_shot_max.empty()) cfg.dispatch.two_shot_max_bytes = parse_size(o.two_shot_max);
   ArBenchOptions bopt;
@@ -201,10 +201,10 @@ void add_allreduce(CLI::App& bench) {
   cmd->add_flag("--no-nccl", opts->no_nccl, "do not load NCCL");
   cmd->add_option("--oneshot-max", opts->oneshot_max, "dispatcher: largest one-shot message");
   cmd->add_option("--two-shot-max", opts->two_shot_max, "dispatcher: largest two-shot message (NCCL above)");
-  cmd->add_option("--fused-threads", opts->fused_threads, "fused: threads per row chunk (multiple of 32, 32..512)");
-  cmd->add_option("--fused-span", opts->fused_span, "fused: CTAs per row (0: chosen from rows and grid)");
+  cmd->add_option("--fused-threads", opts->fused_threads, "fused cluster kernel: least vectors per row chunk (multiple of 32, 32..512)");
+  cmd->add_option("--fused-span", opts->fused_span, "fused cluster kernel: CTAs per row (0: chosen from rows and grid)");
   cmd->add_option("--fused-variant", opts->fused_variant,
-                  "fused: cluster (row split, DSMEM), workspace (row split, partials via the workspace), whole-row (A/B)");
+                  "fused kernel: auto (whole-row up to 1024 vectors a row, else cluster), whole-row, cluster");
   cmd->add_flag("--hang-selftest", opts->hang_selftest,
                 "run rank 0 of 2 alone: the bounded spin-wait must print its diagnostic and trap");
   cmd->callback([opts] { run(*opts); });

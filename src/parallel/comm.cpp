@@ -48,9 +48,9 @@ const char* algo_name(AllReduceAlgo a) {
 
 const char* fused_variant_name(FusedVariant v) {
   switch (v) {
-    case FusedVariant::cluster: return "cluster";
-    case FusedVariant::workspace: return "workspace";
+    case FusedVariant::automatic: return "auto";
     case FusedVariant::whole_row: return "whole-row";
+    case FusedVariant::cluster: return "cluster";
   }
   return "?";
 }
@@ -83,7 +83,7 @@ Comm::Comm(const Topology& topo, const CommConfig& config) : topo_(topo), config
         topo, t, LamportShape{n, round_up(config.oneshot_capacity_bytes, comm::kVecBytes), oneshot_ctas},
         config.timeout_ns));
     fused_.push_back(std::make_unique<LamportWorkspace>(
-        topo, t, LamportShape{n + 1, round_up(config.fused_capacity_bytes, comm::kVecBytes), fused_ctas},
+        topo, t, LamportShape{n, round_up(config.fused_capacity_bytes, comm::kVecBytes), fused_ctas},
         config.timeout_ns));
     two_shot_.push_back(std::make_unique<LamportWorkspace>(
         topo, t,
@@ -185,39 +185,41 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
   if (rows_per_piece == 0)
     throw Error("fused all-reduce+rmsnorm: a row of " + std::to_string(row_bytes) +
                 " bytes exceeds the fused workspace capacity (" + std::to_string(ws.region_bytes()) + " bytes)");
-  // The row split. Rows are spread over the grid first (groups of CTAs work on different rows
-  // at once); the CTAs left per row split it, so a single decode row spreads its polls over up
-  // to 8 CTAs, while a batch of >= grid rows gets one CTA per row. A chunk is at least
-  // fused_threads vectors; a cluster is a power of two <= 8 that divides the grid.
-  const FusedVariant variant = config_.fused_variant;
-  const uint32_t rows_per_call = static_cast<uint32_t>(std::min<uint64_t>(a.rows, rows_per_piece));
+  // Rows of up to 2 vectors per thread go whole into one CTA each; wider rows are split over a
+  // cluster, measured faster there (docs/perf/comm.md). The cluster: rows are spread over the
+  // grid first, the CTAs left per row (a power of two <= 8 dividing the grid) split it, with
+  // chunks of at least fused_threads vectors.
+  FusedVariant variant = config_.fused_variant;
+  if (variant == FusedVariant::automatic)
+    variant = row_vecs <= 2u * comm::kFusedMaxThreads ? FusedVariant::whole_row : FusedVariant::cluster;
   const uint32_t ctas = static_cast<uint32_t>(ws.ctas());
-  const uint32_t useful = (row_vecs + config_.fused_threads - 1) / config_.fused_threads;
-  uint32_t span = std::max(1u, std::min(ctas / rows_per_call, variant == FusedVariant::cluster ? 8u : ctas));
-  if (variant == FusedVariant::cluster) {
-    uint32_t cap = 1;
-    while (cap < useful) cap *= 2;  // a power of two covering the useful chunks
-    span = std::min(span, cap);
-    uint32_t p2 = 1;
-    while (p2 * 2 <= span) p2 *= 2;
-    span = p2;
-    while (ctas % span != 0) span /= 2;
-  } else {
-    span = std::min(span, useful);
-  }
-  if (config_.fused_span > 0) {  // forced (tests, benchmarks)
-    span = static_cast<uint32_t>(config_.fused_span);
-    if (span > ctas || span > row_vecs || (variant == FusedVariant::cluster && (span > 8 || (span & (span - 1)) || ctas % span)))
-      throw Error("fused all-reduce+rmsnorm: fused_span " + std::to_string(span) + " does not fit hidden " +
-                  std::to_string(a.hidden) + " on " + std::to_string(ctas) + " CTAs");
-  }
-  const uint32_t chunk_vecs = (row_vecs + span - 1) / span;
-  const int per_thread = chunk_vecs <= comm::kFusedMaxThreads ? 1 : chunk_vecs <= 2 * comm::kFusedMaxThreads ? 2 : 4;
-  int threads = static_cast<int>(round_up((chunk_vecs + per_thread - 1) / per_thread, 32));
-  const int cluster = variant == FusedVariant::cluster ? static_cast<int>(span) : 0;
+  int threads = 0, per_thread = 0, cluster = 0;
+  uint32_t chunk_vecs = row_vecs;
   if (variant == FusedVariant::whole_row) {
     const uint32_t pt = (row_vecs + comm::kFusedMaxThreads - 1) / comm::kFusedMaxThreads;
     threads = static_cast<int>(round_up((row_vecs + pt - 1) / pt, 32));
+  } else {
+    uint32_t span = 1;
+    if (config_.fused_span > 0) {  // forced (tests, benchmarks)
+      span = static_cast<uint32_t>(config_.fused_span);
+      if (span > static_cast<uint32_t>(comm::kFusedMaxCluster) || (span & (span - 1)) != 0 || ctas % span != 0 ||
+          span > row_vecs)
+        throw Error("fused all-reduce+rmsnorm: fused_span " + std::to_string(span) +
+                    " must be a power of two <= 8 dividing the grid (" + std::to_string(ctas) +
+                    " CTAs) and <= the row's " + std::to_string(row_vecs) + " vectors");
+    } else {
+      const uint32_t rows_per_call = static_cast<uint32_t>(std::min<uint64_t>(a.rows, rows_per_piece));
+      const uint32_t useful = (row_vecs + config_.fused_threads - 1) / config_.fused_threads;
+      uint32_t cap = 1;
+      while (cap < useful) cap *= 2;
+      const uint32_t want = std::min({ctas / rows_per_call, cap, static_cast<uint32_t>(comm::kFusedMaxCluster)});
+      while (span * 2 <= want) span *= 2;
+      while (ctas % span != 0) span /= 2;
+    }
+    chunk_vecs = (row_vecs + span - 1) / span;
+    per_thread = chunk_vecs <= comm::kFusedMaxThreads ? 1 : chunk_vecs <= 2 * comm::kFusedMaxThreads ? 2 : 4;
+    threads = static_cast<int>(round_up((chunk_vecs + per_thread - 1) / per_thread, 32));
+    cluster = static_cast<int>(span);
   }
   const comm::LamportView view = ws.view(rank);
   for (uint64_t row = 0; row < a.rows; row += rows_per_piece) {
@@ -238,7 +240,7 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
     const comm::LaunchShape shape{ws.ctas(), threads, config_.pdl};
     cuda_check(variant == FusedVariant::whole_row
                    ? comm::launch_fused_allreduce_rmsnorm_whole_row(p, shape, stream)
-                   : comm::launch_fused_allreduce_rmsnorm(p, shape, per_thread, cluster, stream),
+                   : comm::launch_fused_allreduce_rmsnorm_cluster(p, shape, per_thread, cluster, stream),
                "fused all-reduce+rmsnorm launch on rank " + std::to_string(rank));
   }
 }

@@ -27,10 +27,10 @@ namespace rs::parallel {
 enum class AllReduceAlgo { automatic, lamport_oneshot, two_shot, nccl };
 const char* algo_name(AllReduceAlgo a);
 
-// How the fused op combines a row's sum of squares across the CTAs that share the row:
-// cluster (DSMEM inside a thread block cluster), workspace (partials through the Lamport
-// workspace), whole_row (no split: one CTA per row; A/B only).
-enum class FusedVariant { cluster, workspace, whole_row };
+// Which fused kernel: automatic picks whole_row (one CTA per row) for rows of up to 1024
+// 16-byte vectors (7168 bf16) and cluster (a row split over a thread block cluster, the sum of
+// squares combined through DSMEM) for wider rows, as measured (docs/perf/comm.md).
+enum class FusedVariant { automatic, whole_row, cluster };
 const char* fused_variant_name(FusedVariant v);
 
 // Size thresholds, from `rackserve bench allreduce` on 2x H200 (docs/perf/comm.md).
@@ -46,9 +46,9 @@ struct CommConfig {
   int oneshot_threads = 256;
   int oneshot_max_ctas = 64;
   int fused_max_ctas = 32;
-  int fused_threads = 128;                          // threads per row chunk (more when the grid is too small)
-  FusedVariant fused_variant = FusedVariant::cluster;
-  int fused_span = 0;                               // CTAs per row; 0: chosen per call (rows, grid)
+  int fused_threads = 128;                          // cluster: least vectors per row chunk
+  FusedVariant fused_variant = FusedVariant::automatic;
+  int fused_span = 0;                               // cluster: CTAs per row; 0: chosen per call (rows, grid)
   int two_shot_threads = 512;
   int two_shot_max_ctas = 0;                        // 0: every SM the rank may use
   bool pdl = true;                                  // launch with programmatic stream serialization

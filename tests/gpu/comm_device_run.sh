@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the comm room: the gpu.comm tests (each case in its own process) and
-# `rackserve bench allreduce` (fused variants side by side: cluster, workspace, whole-row),
+# `rackserve bench allreduce` (fused kernels side by side: auto, cluster, whole-row),
 # compact summary last. Logs under $OUT.
 #   run with carry [".gpu-bin-comm"] holding bins.tar.xz (stripped rackserve and rackserve_tests built here)
 #   (tests bake fixture paths under /work/main, hence the link).
@@ -34,11 +34,8 @@ b() { echo "\$ rackserve bench allreduce $*" >> "$OUT/bench.txt"; timeout 60 $R 
 : > "$OUT/bench.txt"
 S=1K,14K,28K,64K,256K
 b --tp 2 --dtype bf16 --reps 31 --sizes $S
-b --tp 2 --dtype bf16 --reps 31 --sizes $S --fused-variant workspace --no-nccl
+b --tp 2 --dtype bf16 --reps 31 --sizes $S --fused-variant cluster --no-nccl
 b --tp 2 --dtype bf16 --reps 31 --sizes $S --fused-variant whole-row --no-nccl
-b --tp 2 --dtype bf16 --reps 31 --sizes $S --no-nccl
-b --tp 2 --dtype bf16 --reps 31 --sizes 14K --fused-span 4 --no-nccl
-b --tp 2 --dtype bf16 --reps 31 --sizes 14K --fused-span 4 --fused-variant workspace --no-nccl
 b --tp 2 --dtype fp32 --reps 31 --sizes 14K,28K
 b --tp 2 --dtype fp32 --reps 31 --sizes 14K,28K --fused-variant whole-row --no-nccl
 b --tp 2 --dtype bf16 --sizes 512K,1M,4M,16M,64M

@@ -68,32 +68,33 @@ TEST_SUITE("gpu.comm") {
 
 TEST_CASE("fused all-reduce + residual + RMSNorm equals the fp64 reference; ranks agree bit for bit") {
   if (!have_two_gpus()) return;
-  // A row is split over `span` CTAs (one chunk each): up to 8 for a single row on the default 32-CTA
-  // grid, fewer as rows fill the grid. max_ctas shrinks the grid; span > 0 forces the split, so
-  // one group of CTAs walks several rows (the cluster's partial slots alternate by row parity,
-  // the workspace's partials are per row).
+  // auto: rows of up to 1024 vectors go whole into one CTA (rows dealt round-robin), wider rows
+  // are split over a thread block cluster of up to 8 CTAs. The cluster kernel also runs every
+  // shape; span > 0 forces its split, so one cluster walks several rows (its partial slots
+  // alternate by row parity); max_ctas shrinks the grid.
   struct Shape { int tp, trays, max_ctas, span; uint32_t rows, hidden; DType t; bool in_place; };
   const Shape shapes[] = {
-      {2, 1, 0, 0, 1, 7168, DType::BF16, false},  // 8 CTAs of 112 vectors
+      {2, 1, 0, 0, 1, 7168, DType::BF16, false},  // auto: one CTA; cluster: 8 CTAs of 112 vectors
       {2, 1, 0, 0, 3, 7168, DType::BF16, true},
-      {2, 1, 0, 0, 40, 7168, DType::BF16, false},  // one CTA per row, rows dealt round-robin
-      {2, 1, 0, 8, 40, 7168, DType::BF16, false},  // 4 groups of 8 CTAs, 10 rows each
-      {2, 1, 0, 2, 40, 4096, DType::F32, false},   // 16 groups of 2 CTAs, 2-3 rows each
-      {2, 1, 0, 0, 2, 16, DType::BF16, false},     // one chunk: no exchange
+      {2, 1, 0, 0, 40, 7168, DType::BF16, false},  // more rows than CTAs
+      {2, 1, 0, 8, 40, 7168, DType::BF16, false},  // cluster: 4 clusters of 8, 10 rows each
+      {2, 1, 0, 2, 40, 4096, DType::F32, false},   // cluster: 16 clusters of 2, 2-3 rows each
+      {2, 1, 0, 0, 2, 16, DType::BF16, false},
       {2, 1, 0, 0, 5, 4096, DType::F32, false},
-      {2, 1, 0, 0, 1, 7168, DType::F32, false},
+      {2, 1, 0, 0, 1, 7168, DType::F32, false},    // auto: cluster (1792 vectors)
       {2, 1, 0, 0, 200, 7168, DType::BF16, false},  // > 1 MiB: two pieces
       {2, 1, 0, 0, 3, 7176, DType::BF16, false},   // uneven chunks
-      {2, 1, 0, 0, 1, 16384, DType::BF16, false},
-      {2, 1, 2, 0, 1, 16384, DType::BF16, false},  // 2 CTAs: 2 chunks of 512 threads x 2 vectors
-      {2, 1, 2, 0, 3, 7168, DType::BF16, true},    // 2 CTAs, one row each at a time
+      {2, 1, 0, 0, 1, 16384, DType::BF16, false},  // auto: cluster
+      {2, 1, 2, 0, 1, 16384, DType::BF16, false},  // 2 CTAs: cluster of 2, 512 threads x 2 vectors
+      {2, 1, 2, 0, 3, 7168, DType::BF16, true},
       {2, 1, 1, 0, 2, 16384, DType::BF16, false},  // 1 CTA: 512 threads x 4 vectors, the whole row
       {4, 2, 0, 0, 3, 7168, DType::BF16, false},   {8, 2, 0, 0, 2, 7168, DType::BF16, false},
   };
   std::map<std::tuple<int, int, int, int, parallel::FusedVariant>, std::unique_ptr<Comm>> comms;
   uint64_t seed = 9000;
-  for (parallel::FusedVariant variant : {parallel::FusedVariant::cluster, parallel::FusedVariant::workspace})
+  for (parallel::FusedVariant variant : {parallel::FusedVariant::automatic, parallel::FusedVariant::cluster})
   for (const Shape& sh : shapes) {
+    if (sh.span && variant != parallel::FusedVariant::cluster) continue;
     auto& comm = comms[{sh.tp, sh.trays, sh.max_ctas, sh.span, variant}];
     if (!comm) {
       parallel::CommConfig cfg;

@@ -172,13 +172,22 @@ TEST_CASE("10,000 back-to-back all-reduces in CUDA graphs: every sum right, no r
       {Step::fused, A::automatic, 4 * 7168, true}, {Step::pair, A::two_shot, 8, true},
       {Step::pair, A::automatic, 7168, true}, {Step::fused, A::automatic, 7168, true},
       {Step::pair, A::two_shot, 1 << 20, false}, {Step::fused, A::automatic, 2 * 7168, true}};
-  struct Shape { int tp, trays, replays; };
-  for (Shape sh : {Shape{2, 1, 500}, Shape{4, 2, 60}, Shape{8, 2, 30}}) {
-    Comm comm(Topology::make(sh.tp, sh.trays, gpu_count()), [] { parallel::CommConfig c; c.enable_nccl = false; return c; }());
+  // The fused steps run the automatic choice (one CTA per 7168-wide bf16 row) and, forced, the
+  // cluster kernel (the row split over a thread block cluster, launched with PDL in the graph).
+  using parallel::FusedVariant;
+  struct Shape { int tp, trays, replays; FusedVariant fused; };
+  for (Shape sh : {Shape{2, 1, 500, FusedVariant::automatic}, Shape{2, 1, 500, FusedVariant::cluster},
+                   Shape{4, 2, 60, FusedVariant::automatic}, Shape{8, 2, 30, FusedVariant::automatic},
+                   Shape{8, 2, 30, FusedVariant::cluster}}) {
+    parallel::CommConfig cfg;
+    cfg.enable_nccl = false;
+    cfg.fused_variant = sh.fused;
+    Comm comm(Topology::make(sh.tp, sh.trays, gpu_count()), cfg);
     for (const auto* steps : {&oneshot, &mixed}) {
+      if (sh.fused == FusedVariant::cluster && steps == &oneshot) continue;  // one-shot ran already
       const ReplayResult r = replay(comm, *steps, sh.replays);
-      INFO("tp=" << sh.tp << ": " << sh.replays << " replays x " << comm_calls(*steps) << " all-reduce calls ("
-                 << (steps == &oneshot ? "one-shot" : "fused + two-shot") << ")");
+      INFO("tp=" << sh.tp << " fused=" << parallel::fused_variant_name(sh.fused) << ": " << sh.replays << " replays x "
+                 << comm_calls(*steps) << " all-reduce calls (" << (steps == &oneshot ? "one-shot" : "fused + two-shot") << ")");
       CHECK(r.calls_seen == static_cast<uint32_t>(sh.replays * steps->size()));
       CHECK(r.errors == 0u);
     }
