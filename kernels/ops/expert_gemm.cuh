@@ -53,22 +53,26 @@ struct GroupSmem {
   int total_pairs, total_tiles;
 };
 
-// One block of 1024 threads.
+// One block of 1024 threads. With p.experts.n_shared > 0 (expert_decode.cuh) the shared
+// experts are ids E .. E + n_shared - 1, selected by every token: slot P + k*m + t is token t's
+// pair for shared expert k, so they get tiles like any routed expert and combine adds them.
 __device__ __forceinline__ void expert_group_op(const ExpertGemmParams& p, GroupSmem& s) {
   const int E = p.experts.num_experts, P = p.m * p.top_k, BN = p.tile_tokens;
+  const int ns = p.experts.n_shared, PT = P + ns * p.m, ET = E + ns;
   for (int e = threadIdx.x; e < kMaxExperts; e += blockDim.x) s.count[e] = 0;
   __syncthreads();
-  for (int i = threadIdx.x; i < P; i += blockDim.x) {
-    const int e = p.topk_ids[i];
-    p.pair_of[i] = (e >= 0 && e < E) ? atomicAdd(&s.count[e], 1) : -1;  // rank within expert
+  for (int i = threadIdx.x; i < PT; i += blockDim.x) {
+    const int e = i < P ? p.topk_ids[i] : E + (i - P) / p.m;
+    const bool ok = i < P ? (e >= 0 && e < E) : true;
+    p.pair_of[i] = ok ? atomicAdd(&s.count[e], 1) : -1;  // rank within expert
   }
   __syncthreads();
   const int e = threadIdx.x;  // kMaxExperts == max blockDim: one expert per thread
-  const int cnt = e < E ? s.count[e] : 0;
+  const int cnt = e < ET ? s.count[e] : 0;
   const int off = block_exclusive_scan(cnt, s.warp_tot, &s.total_pairs);
   const int ntile = (cnt + BN - 1) / BN;
   const int toff = block_exclusive_scan(ntile, s.warp_tot, &s.total_tiles);
-  if (e < E) s.offset[e] = off;
+  if (e < ET) s.offset[e] = off;
   for (int i = 0; i < ntile && toff + i < p.max_tiles; ++i) {
     p.tile_expert[toff + i] = e;
     p.tile_p0[toff + i] = off + i * BN;
@@ -76,12 +80,12 @@ __device__ __forceinline__ void expert_group_op(const ExpertGemmParams& p, Group
   }
   if (threadIdx.x == 0) *p.n_tiles = min(s.total_tiles, p.max_tiles);
   __syncthreads();
-  for (int i = threadIdx.x; i < P; i += blockDim.x) {
+  for (int i = threadIdx.x; i < PT; i += blockDim.x) {
     const int rank = p.pair_of[i];
     if (rank < 0) continue;
-    const int q = s.offset[p.topk_ids[i]] + rank;
+    const int q = s.offset[i < P ? p.topk_ids[i] : E + (i - P) / p.m] + rank;
     p.pair_of[i] = q;
-    p.pair_token[q] = i / p.top_k;
+    p.pair_token[q] = i < P ? i / p.top_k : (i - P) % p.m;
   }
 }
 
@@ -91,7 +95,8 @@ __device__ __forceinline__ void expert_gemm_gate_up_op(const ExpertGemmParams& p
   const int tile = blockIdx.y;
   if (tile >= *p.n_tiles) return;
   const int e = p.tile_expert[tile], p0 = p.tile_p0[tile], n = p.tile_n[tile];
-  const rs::cuda::DeviceMatrix gate = p.experts.gate[e], up = p.experts.up[e];
+  const rs::cuda::DeviceMatrix gate = expert_matrix(p.experts, e, kPartGate);
+  const rs::cuda::DeviceMatrix up = expert_matrix(p.experts, e, kPartUp);
   const int inter = p.experts.inter, hidden = p.experts.hidden;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * (mma::BM / 2);
   const int64_t esize = kFp8 ? 1 : 2;
@@ -137,7 +142,7 @@ __device__ __forceinline__ void expert_gemm_down_op(const ExpertGemmParams& p, u
   const int tile = blockIdx.y;
   if (tile >= *p.n_tiles) return;
   const int e = p.tile_expert[tile], p0 = p.tile_p0[tile], n = p.tile_n[tile];
-  const rs::cuda::DeviceMatrix down = p.experts.down[e];
+  const rs::cuda::DeviceMatrix down = expert_matrix(p.experts, e, kPartDown);  // row stride: down.cols
   const int inter = p.experts.inter, hidden = p.experts.hidden;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * mma::BM;
   const int64_t esize = kFp8 ? 1 : 2;
@@ -146,11 +151,11 @@ __device__ __forceinline__ void expert_gemm_down_op(const ExpertGemmParams& p, u
 #pragma unroll
   for (int i = 0; i < Ops::kWLoads; ++i) {
     const int64_t r = row0 + Ops::w_row(i);
-    op.w[i] = r < hidden ? static_cast<const uint8_t*>(down.data) + r * inter * esize : nullptr;
+    op.w[i] = r < hidden ? static_cast<const uint8_t*>(down.data) + r * down.cols * esize : nullptr;
   }
   if constexpr (kFp8) {
     const int64_t r = row0 + Ops::w_row(0);
-    const int64_t scale_cols = (inter + down.block_cols - 1) / down.block_cols;
+    const int64_t scale_cols = (down.cols + down.block_cols - 1) / down.block_cols;
     op.wscale = r < hidden ? down.scale_inv + (r / down.block_rows) * scale_cols : nullptr;
   }
 #pragma unroll
@@ -184,6 +189,18 @@ __device__ __forceinline__ void expert_combine_op(const ExpertGemmParams& p) {
       acc[5] = fmaf(w, bf16_hi(v.z), acc[5]);
       acc[6] = fmaf(w, bf16_lo(v.w), acc[6]);
       acc[7] = fmaf(w, bf16_hi(v.w), acc[7]);
+    }
+    for (int k = 0; k < p.experts.n_shared; ++k) {  // shared experts: weight 1, after the routed ones
+      const int q = p.pair_of[p.m * p.top_k + k * p.m + t];
+      const uint4 v = *reinterpret_cast<const uint4*>(p.y + static_cast<int64_t>(q) * hidden + c8 * 8);
+      acc[0] += bf16_lo(v.x);
+      acc[1] += bf16_hi(v.x);
+      acc[2] += bf16_lo(v.y);
+      acc[3] += bf16_hi(v.y);
+      acc[4] += bf16_lo(v.z);
+      acc[5] += bf16_hi(v.z);
+      acc[6] += bf16_lo(v.w);
+      acc[7] += bf16_hi(v.w);
     }
     uint4 o;
     o.x = pack_bf16x2(acc[0], acc[1]);

@@ -19,6 +19,45 @@ namespace rs::kern {
 
 constexpr int kMaxActiveSmall = kExpertGemvMaxTokens * kMaxTopK;
 
+// Expert ids e < num_experts are routed experts (the device arrays); e = num_experts + k is
+// shared expert k (MoeExperts::n_shared), a view of rows [k*inter, (k+1)*inter) of shared_gate /
+// shared_up and of columns [k*inter, (k+1)*inter) of shared_down. Views keep the parent's row
+// stride (cols) and move the FP8 scale pointer by whole scale blocks (the host checks that inter
+// is a multiple of the block sizes), so every op that takes the row stride from w.cols reads them
+// like any expert.
+__device__ __forceinline__ rs::cuda::DeviceMatrix shared_rows_view(const rs::cuda::DeviceMatrix& w,
+                                                                   int64_t row0, int64_t nrows) {
+  rs::cuda::DeviceMatrix v = w;
+  const bool fp8 = w.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
+  v.data = static_cast<const uint8_t*>(w.data) + row0 * w.cols * (fp8 ? 1 : 2);
+  if (fp8) v.scale_inv = w.scale_inv + (row0 / w.block_rows) * ((w.cols + w.block_cols - 1) / w.block_cols);
+  v.rows = nrows;
+  return v;
+}
+
+// Columns [col0, ...) of w; rows and the row stride (cols) stay the parent's.
+__device__ __forceinline__ rs::cuda::DeviceMatrix shared_cols_view(const rs::cuda::DeviceMatrix& w,
+                                                                   int64_t col0) {
+  rs::cuda::DeviceMatrix v = w;
+  const bool fp8 = w.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
+  v.data = static_cast<const uint8_t*>(w.data) + col0 * (fp8 ? 1 : 2);
+  if (fp8) v.scale_inv = w.scale_inv + col0 / w.block_cols;
+  return v;
+}
+
+enum : int { kPartGate = 0, kPartUp = 1, kPartDown = 2 };
+
+// The gate / up / down matrix of expert id e (routed, or a shared-expert view as above).
+__device__ __forceinline__ rs::cuda::DeviceMatrix expert_matrix(const rs::cuda::MoeExperts& x, int e,
+                                                                int part) {
+  if (e < x.num_experts) return part == kPartGate ? x.gate[e] : part == kPartUp ? x.up[e] : x.down[e];
+  const int64_t off = static_cast<int64_t>(e - x.num_experts) * x.inter;
+  if (part == kPartGate) return shared_rows_view(x.shared_gate, off, x.inter);
+  if (part == kPartUp) return shared_rows_view(x.shared_up, off, x.inter);
+  return shared_cols_view(x.shared_down, off);
+}
+
+
 // Routing of <= kExpertGemvMaxTokens tokens, in shared memory.
 struct SmallRouting {
   uint32_t mask[kMaxExperts / 32];

@@ -29,9 +29,17 @@ struct MoeExperts {
   // All expert matrices share one type, held here on the host because the arrays above live on
   // the device and cannot be read while a graph is being captured (matmul room, additive).
   WeightType type = WeightType::BF16;
+  // Shared experts run inside the routed-expert kernels (optional; matmul room, additive):
+  // n_shared always-selected experts of width `inter` and weight 1, stored as HF's concatenated
+  // shared MLP: shared_gate / shared_up [n_shared * inter, hidden], shared_down
+  // [hidden, n_shared * inter] (host copies of the DeviceMatrix, device data). Shared expert k
+  // is rows / columns [k * inter, (k + 1) * inter) of those. Set only where
+  // moe_can_fuse_shared() says so (src/backend/cuda/linear.h); n_shared = 0: routed only.
+  int n_shared = 0;
+  DeviceMatrix shared_gate, shared_up, shared_down;
 };
-// Shared experts are not part of MoeExperts: run them as dense linear() calls over the
-// concatenated [gate; up] weight ([2 * n_shared * inter, hidden]), swiglu(), then linear() over
-// down ([hidden, n_shared * inter]), and add the result to moe_experts()' output.
+// Shared experts: set n_shared / shared_* above where moe_can_fuse_shared() allows (decode
+// sizes); elsewhere run them as dense linear() calls (gate, up, SwiGLU, down) and add the result
+// to moe_experts()' output.
 
 }  // namespace rs::cuda

@@ -22,6 +22,7 @@
 #include "bench/bench_commands.h"
 #include "common/error.h"
 #include "kernels/ops/matmul_launch.h"
+#include "kernels/ops/moe_decode_launch.h"
 
 namespace rs::bench {
 namespace {
@@ -181,10 +182,12 @@ Row bench_dense(const std::string& name, WeightType t, int64_t rows, int64_t col
           2.0 * m * rows * cols, sec};
 }
 
-Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream_t s) {
+// n_shared > 0: V2-Lite's two shared experts folded into the same call (moe_can_fuse_shared).
+Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream_t s, int n_shared = 0) {
   const int E = 64, hidden = 2048, inter = 1408, top_k = 6;  // DeepSeek-V2-Lite
   const bool fp8 = t == WeightType::FP8_E4M3_BLOCK;
   const double per_expert = 3.0 * inter * hidden * (fp8 ? 1 : 2);
+  double shared_bytes = 0;
   const int copies = m <= 8 ? 2 : 1;
   std::vector<std::unique_ptr<Weights>> mats;  // [copy][gate, up, down] each E replicas
   std::vector<std::unique_ptr<Dev>> arrays;
@@ -201,6 +204,18 @@ Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream
       arrays.push_back(std::make_unique<Dev>(sizeof(DeviceMatrix) * E));
       ok(cudaMemcpy(arrays.back()->p, mats.back()->dm.data(), sizeof(DeviceMatrix) * E, cudaMemcpyHostToDevice), "experts");
       *slots[k] = static_cast<const DeviceMatrix*>(arrays.back()->p);
+    }
+    if (n_shared > 0) {
+      DeviceMatrix* sh[3] = {&e.shared_gate, &e.shared_up, &e.shared_down};
+      shared_bytes = 0;
+      for (int k = 0; k < 3; ++k) {
+        const int64_t r = k == 2 ? hidden : int64_t(n_shared) * inter, c2 = k == 2 ? int64_t(n_shared) * inter : hidden;
+        mats.push_back(std::make_unique<Weights>(t, r, c2, 1, 90 + 7 * c + k, s));
+        *sh[k] = mats.back()->dm[0];
+        shared_bytes += mats.back()->bytes_each;
+      }
+      e.n_shared = n_shared;
+      if (!rs::cuda::moe_can_fuse_shared(e, m)) throw Error("bench linear: shared experts not foldable at m=" + std::to_string(m));
     }
     sets.push_back(e);
   }
@@ -239,9 +254,9 @@ Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream
                           static_cast<const int*>(ids[i % nroute]->p), static_cast<const float*>(wts[i % nroute]->p),
                           static_cast<__nv_bfloat16*>(out.p), {ws.p, wsb}, s);
   });
-  const double bytes = unique_sum / nroute * per_expert;
-  return {name, fp8 ? "fp8" : "bf16", m, "64x[3x1408x2048] top6", bytes,
-          2.0 * m * top_k * 3.0 * inter * hidden, sec};
+  const double bytes = unique_sum / nroute * per_expert + shared_bytes;
+  return {name, fp8 ? "fp8" : "bf16", m, n_shared ? "64x[3x1408x2048] top6+2sh" : "64x[3x1408x2048] top6", bytes,
+          2.0 * m * (top_k + n_shared) * 3.0 * inter * hidden, sec};
 }
 
 // Large-m bf16 GEMMs on the built-in kernels against cuBLASLt, side by side (eager timing):
@@ -345,6 +360,15 @@ void run(bool quick, const std::string& json_path) {
     for (const auto& sh : decode) rows.push_back(bench_dense(sh.name, t, sh.rows, sh.cols, 1, reps, s));
   rows.push_back(bench_moe("moe_experts", B, 1, reps, s));
   rows.push_back(bench_moe("moe_experts", F, 1, reps, s));
+  // Decode expert kernels (expert_decode.cuh, default) against the earlier ones, and with the
+  // two shared experts folded in (replacing shared_gate_up + swiglu + shared_down).
+  for (int m : {1, 64})
+    for (WeightType t : {B, F}) {
+      rows.push_back(bench_moe("moe+shared", t, m, reps, s, 2));
+      kern::set_expert_decode(false);
+      rows.push_back(bench_moe("moe_experts/old", t, m, reps, s));
+      kern::set_expert_decode(true);
+    }
   // The CUDA-core GEMV (fallback) on the same shapes, for comparison.
   kern::set_gemv_tc(false);
   for (WeightType t : {B, F})
@@ -423,12 +447,56 @@ void run(bool quick, const std::string& json_path) {
 
 }  // namespace
 
+// Decode-time expert kernels only (a short device run): the routed experts at m = 1 and 64 on
+// the decode kernels (default), on the earlier ones (/old), and with the two shared experts
+// folded in, next to the dense shared-expert GEMVs that the folding replaces.
+void run_experts(bool quick, const std::string& json_path) {
+  int dev = 0;
+  ok(cudaGetDevice(&dev), "device");
+  cudaDeviceProp prop{};
+  ok(cudaGetDeviceProperties(&prop, dev), "properties");
+  cudaStream_t s;
+  ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const int reps = quick ? 5 : 15;
+  const double copy_bw = copy_bandwidth(s, reps);
+  std::printf("GPU %s, %d SMs, L2 %.0f MB; device-to-device copy %.0f GB/s (read+write)\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9);
+  const WeightType B = WeightType::BF16, F = WeightType::FP8_E4M3_BLOCK;
+  std::vector<Row> rows;
+  for (WeightType t : {B, F}) {
+    for (int m : {1, 64}) {
+      rows.push_back(bench_moe("moe_experts", t, m, reps, s));
+      rows.push_back(bench_moe("moe+shared", t, m, reps, s, 2));
+      kern::set_expert_decode(false);
+      rows.push_back(bench_moe("moe_experts/old", t, m, reps, s));
+      kern::set_expert_decode(true);
+      rows.push_back(bench_dense("shared_gate_up", t, 5632, 2048, m, reps, s));
+      rows.push_back(bench_dense("shared_down", t, 2048, 2816, m, reps, s));
+    }
+  }
+  nlohmann::json js;
+  js["gpu"] = prop.name;
+  js["copy_GBps"] = copy_bw / 1e9;
+  std::printf("%-20s %-5s %5s %-26s %8s %9s %8s %7s\n", "op", "type", "m", "shape", "MB", "us", "GB/s", "%copy");
+  for (const auto& r : rows) {
+    const double gbps = r.bytes / r.seconds / 1e9, pct = 100.0 * r.bytes / r.seconds / copy_bw;
+    std::printf("%-20s %-5s %5d %-26s %8.1f %9.1f %8.0f %6.1f%%\n", r.name.c_str(), r.type.c_str(), r.m,
+                r.shape.c_str(), r.bytes / 1e6, r.seconds * 1e6, gbps, pct);
+    js["rows"].push_back({{"op", r.name}, {"type", r.type}, {"m", r.m}, {"shape", r.shape}, {"bytes", r.bytes},
+                          {"us", r.seconds * 1e6}, {"GBps", gbps}, {"pct_copy", pct}});
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << js.dump(2) << "\n";
+  cudaStreamDestroy(s);
+}
+
 void add_linear(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("linear", "matmul kernels (linear, moe_experts) at DeepSeek-V2-Lite shapes");
   auto quick = std::make_shared<bool>(false);
   auto json = std::make_shared<std::string>();
   cmd->add_flag("--quick", *quick, "fewer repetitions");
   cmd->add_option("--json", *json, "write the results as JSON");
+  auto experts = std::make_shared<bool>(false);
+  cmd->add_flag("--experts", *experts, "decode expert kernels only: decode vs earlier kernels, shared experts folded in");
   auto ab = std::make_shared<bool>(false);
   cmd->add_flag("--gemm-ab", *ab, "large-m bf16 GEMMs only: built-in kernels against cuBLASLt, side by side");
   cmd->callback([quick, json, ab, experts] {

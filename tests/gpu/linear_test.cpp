@@ -13,6 +13,7 @@
 #include "backend/cuda/linear.h"
 #include "common/error.h"
 #include "kernels/ops/matmul_launch.h"
+#include "kernels/ops/moe_decode_launch.h"
 #include "tests/gpu/linear_test_util.h"
 
 using namespace rs::test;
@@ -223,8 +224,13 @@ struct MoeFixture {
   std::vector<std::unique_ptr<TestMatrix>> gate, up, down;
   std::unique_ptr<DeviceBuf<DeviceMatrix>> dgate, dup, ddown;
   rs::cuda::MoeExperts experts;
+  // Shared experts as HF stores them: [n_shared * inter, hidden] gate / up, [hidden, n_shared *
+  // inter] down. The reference runs them as one dense SwiGLU MLP of that width.
+  int n_shared = 0;
+  std::unique_ptr<TestMatrix> sgate, sup, sdown;
 
-  MoeFixture(WeightType t, int e, int hid, int in, int k, Rng& rng) : E(e), hidden(hid), inter(in), top_k(k), type(t) {
+  MoeFixture(WeightType t, int e, int hid, int in, int k, Rng& rng, int shared = 0)
+      : E(e), hidden(hid), inter(in), top_k(k), type(t), n_shared(shared) {
     std::vector<DeviceMatrix> hg, hu, hd;
     for (int i = 0; i < E; ++i) {
       gate.push_back(std::make_unique<TestMatrix>(t, inter, hidden, rng));
@@ -244,6 +250,15 @@ struct MoeFixture {
     experts.up = dup->ptr;
     experts.down = ddown->ptr;
     experts.type = t;
+    if (n_shared > 0) {
+      sgate = std::make_unique<TestMatrix>(t, int64_t(n_shared) * inter, hidden, rng);
+      sup = std::make_unique<TestMatrix>(t, int64_t(n_shared) * inter, hidden, rng);
+      sdown = std::make_unique<TestMatrix>(t, hidden, int64_t(n_shared) * inter, rng);
+      experts.n_shared = n_shared;
+      experts.shared_gate = sgate->dm;
+      experts.shared_up = sup->dm;
+      experts.shared_down = sdown->dm;
+    }
   }
 
   // Distinct experts per token; an id of -1 (if allowed) selects nothing.
@@ -278,14 +293,31 @@ struct MoeFixture {
         for (int r = 0; r < hidden; ++r)
           out[size_t(t) * hidden + r] += w[size_t(t) * top_k + j] * down[e]->dot(r, h, 0);
       }
+    if (n_shared > 0) {
+      std::vector<double> hs(size_t(n_shared) * inter);
+      for (int t = 0; t < m; ++t) {
+        for (size_t i = 0; i < hs.size(); ++i) {
+          const double g = sgate->dot(int64_t(i), xd, int64_t(t) * hidden);
+          const double u = sup->dot(int64_t(i), xd, int64_t(t) * hidden);
+          hs[i] = g / (1 + std::exp(-g)) * u;
+        }
+        for (int r = 0; r < hidden; ++r) out[size_t(t) * hidden + r] += sdown->dot(r, hs, 0);
+      }
+    }
     return out;
   }
 };
 
-void check_moe(WeightType type, int m, uint64_t seed, bool with_invalid) {
+struct MoeShape {
+  int E = 12, hidden = 272, inter = 176, top_k = 4, n_shared = 0;
+};
+
+void check_moe(WeightType type, int m, uint64_t seed, bool with_invalid, MoeShape sh = {}) {
   Rng rng(seed);
-  // hidden and inter are multiples of 16 but not of the 64/128 tiles or the 128 scale blocks.
-  MoeFixture f(type, 12, 272, 176, 4, rng);
+  // By default hidden and inter are multiples of 16 but not of the 64/128 tiles or the 128
+  // scale blocks.
+  MoeFixture f(type, sh.E, sh.hidden, sh.inter, sh.top_k, rng, sh.n_shared);
+  if (sh.n_shared > 0) REQUIRE(rs::cuda::moe_can_fuse_shared(f.experts, m));
   rs::cuda::validate_moe_experts(f.experts);
   std::vector<int> ids;
   std::vector<float> w;
@@ -301,16 +333,16 @@ void check_moe(WeightType type, int m, uint64_t seed, bool with_invalid) {
                         dw.ptr, reinterpret_cast<__nv_bfloat16*>(out.ptr), {ws.ptr, ws_bytes}, nullptr);
   cuda_ok(cudaDeviceSynchronize(), "moe_experts");
   const auto st = relative_error(out.download(), f.reference(m, xh, ids, w));
-  INFO("moe " << (type == WeightType::BF16 ? "bf16" : "fp8") << " m=" << m << " rel=" << st.rel
-              << " nan=" << st.nan);
+  INFO("moe " << (type == WeightType::BF16 ? "bf16" : "fp8") << " m=" << m << " E=" << sh.E << " top_k="
+              << sh.top_k << " n_shared=" << sh.n_shared << " rel=" << st.rel << " nan=" << st.nan);
   CHECK(st.nan == 0);
   CHECK(st.rel <= kTolerance);
 }
 
 // Capture once, then change the routing (and x) in place and replay: the graph must follow.
-void check_moe_graph(WeightType type, int m, uint64_t seed) {
+void check_moe_graph(WeightType type, int m, uint64_t seed, int n_shared = 0) {
   Rng rng(seed);
-  MoeFixture f(type, 12, 272, 176, 4, rng);
+  MoeFixture f(type, 12, 272, n_shared ? 256 : 176, 4, rng, n_shared);
   std::vector<int> ids;
   std::vector<float> w;
   f.route(m, rng, ids, w, false);
@@ -412,5 +444,93 @@ TEST_CASE("moe_experts replays from a CUDA graph with changing routing") {
   check_moe_graph(WeightType::BF16, 6, 701);
   check_moe_graph(WeightType::FP8_E4M3_BLOCK, 1, 703);
   check_moe_graph(WeightType::FP8_E4M3_BLOCK, 64, 702);
+}
+}
+
+TEST_SUITE("gpu.linear") {
+// The decode kernels (expert_decode.cuh) are the default; the earlier few-token GEMV and
+// grouped GEMM stay selectable for A/B runs and must stay correct.
+TEST_CASE("moe_experts earlier kernels (expert decode kernels off) match the reference") {
+  if (skip_without_gpu("moe earlier kernels")) return;
+  rs::kern::set_expert_decode(false);
+  uint64_t seed = 1500;
+  for (int m : {1, 2, 9, 40}) check_moe(WeightType::BF16, m, seed++, false);
+  for (int m : {1, 12}) check_moe(WeightType::FP8_E4M3_BLOCK, m, seed++, false);
+  rs::kern::set_expert_decode(true);
+}
+
+// Shared experts folded into the routed-expert kernels as always-selected experts of weight 1:
+// few-token GEMV (m <= 2 by default, 3..8 with the threshold raised), grouped tensor-core GEMV
+// (bf16, <= 16 tokens per expert on average, experts with 9..16 and > 16 tokens included), and
+// the mma.sync grouped tile with shared views (bf16 with many tokens per expert, FP8).
+TEST_CASE("moe_experts with shared experts folded in matches the fp64 reference") {
+  if (skip_without_gpu("moe shared")) return;
+  const int lin = rs::kern::gemv_max_tokens(), exp = rs::kern::expert_gemv_max_tokens();
+  uint64_t seed = 1600;
+  MoeShape bf{12, 272, 176, 4, 2};  // no scale-block constraint for bf16
+  for (int m : {1, 2, 9, 40, 300}) check_moe(WeightType::BF16, m, seed++, false, bf);
+  check_moe(WeightType::BF16, 1, seed++, false, MoeShape{12, 272, 176, 4, 1});
+  check_moe(WeightType::BF16, 2, seed++, true, bf);  // an invalid id selects nothing
+  MoeShape wide{64, 256, 128, 6, 2};  // V2-Lite-like routing: ~6 tokens per expert at m = 64
+  for (int m : {16, 64, 150}) check_moe(WeightType::BF16, m, seed++, false, wide);
+  MoeShape f8{12, 272, 256, 4, 2};  // FP8: inter a multiple of the 128 scale blocks
+  for (int m : {1, 2, 12, 100}) check_moe(WeightType::FP8_E4M3_BLOCK, m, seed++, false, f8);
+  rs::kern::set_gemv_max_tokens(lin, rs::kern::kExpertGemvMaxTokens);
+  for (int m : {3, 8}) check_moe(WeightType::BF16, m, seed++, false, bf);
+  check_moe(WeightType::FP8_E4M3_BLOCK, 6, seed++, false, f8);
+  rs::kern::set_gemv_max_tokens(lin, exp);
+}
+
+TEST_CASE("moe_experts with shared experts replays from a CUDA graph with changing routing") {
+  if (skip_without_gpu("moe shared graph")) return;
+  check_moe_graph(WeightType::BF16, 1, 1700, 2);
+  check_moe_graph(WeightType::BF16, 24, 1701, 2);
+  check_moe_graph(WeightType::FP8_E4M3_BLOCK, 1, 1702, 2);
+}
+}
+
+TEST_SUITE("gpu.linear") {
+// No device needed: the checks run on the host before anything is launched.
+TEST_CASE("moe_experts refuses shared experts it cannot fold in, with a clear error") {
+  rs::cuda::MoeExperts e;
+  e.num_experts = 8;
+  e.hidden = 256;
+  e.inter = 176;
+  e.type = WeightType::FP8_E4M3_BLOCK;
+  auto fake = [](uintptr_t a) { return reinterpret_cast<const DeviceMatrix*>(a); };
+  e.gate = fake(0x100000);
+  e.up = fake(0x200000);
+  e.down = fake(0x300000);
+  e.n_shared = 2;
+  auto mat = [](int64_t r, int64_t c) {
+    DeviceMatrix w;
+    w.type = WeightType::FP8_E4M3_BLOCK;
+    w.rows = r;
+    w.cols = c;
+    w.data = reinterpret_cast<const void*>(uintptr_t(0x400000));
+    w.scale_inv = reinterpret_cast<const float*>(uintptr_t(0x500000));
+    return w;
+  };
+  e.shared_gate = mat(352, 256);
+  e.shared_up = mat(352, 256);
+  e.shared_down = mat(256, 352);
+  CHECK_FALSE(rs::cuda::moe_can_fuse_shared(e, 1));  // inter 176 is no multiple of the 128 blocks
+  auto* p = reinterpret_cast<void*>(uintptr_t(0x600000));
+  const auto* x = reinterpret_cast<const __nv_bfloat16*>(p);
+  auto* out = reinterpret_cast<__nv_bfloat16*>(p);
+  const auto* ids = reinterpret_cast<const int*>(p);
+  const auto* w = reinterpret_cast<const float*>(p);
+  CHECK_THROWS_AS(rs::cuda::moe_experts(e, x, 1, 2, ids, w, out, {p, size_t(1) << 30}, nullptr), rs::Error);
+  e.inter = 128;  // now the blocks tile inter ...
+  e.shared_gate = mat(256, 256);
+  e.shared_up = mat(256, 256);
+  e.shared_down = mat(256, 256);
+  CHECK(rs::cuda::moe_can_fuse_shared(e, 1));
+  e.shared_up = mat(255, 256);  // ... but a shape that is not n_shared * inter is refused
+  CHECK_FALSE(rs::cuda::moe_can_fuse_shared(e, 1));
+  e.shared_up = mat(256, 256);
+  CHECK_FALSE(rs::cuda::moe_can_fuse_shared(e, 100000));  // beyond the decode kernels
+  e.type = WeightType::BF16;  // type mismatch with the shared matrices
+  CHECK_FALSE(rs::cuda::moe_can_fuse_shared(e, 1));
 }
 }

@@ -458,14 +458,26 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     { RS_OP("moe router"); launch_moe_router(r, stream); }
   }
   const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
+  bool shared_fused = false;
   {
-  RS_OP("moe_experts");
-  moe_experts(L.experts, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
+  // Decode sizes: the shared experts run inside the routed-expert kernels (one gate_up and one
+  // down launch per layer, linear.h moe_can_fuse_shared); otherwise as a dense MLP below.
+  MoeExperts ex = L.experts;
+  if (L.has_shared) {
+    ex.n_shared = s.n_shared_experts;
+    ex.shared_gate = L.shared.gate;
+    ex.shared_up = L.shared.up;
+    ex.shared_down = L.shared.down;
+    if (!moe_can_fuse_shared(ex, n)) ex.n_shared = 0;
+    shared_fused = ex.n_shared > 0;
+  }
+  RS_OP(ex.n_shared ? "moe_experts + shared" : "moe_experts");
+  moe_experts(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
               mlp_out_.get<__nv_bfloat16>(), mws, stream);
   }
   *d0 = mlp_out_.get<__nv_bfloat16>();
   *d1 = nullptr;
-  if (L.has_shared) {
+  if (L.has_shared && !shared_fused) {
     dense_mlp(L.shared, n, int64_t(s.moe_intermediate_size) * s.n_shared_experts, shared_out_.get<__nv_bfloat16>(),
               stream);
     *d1 = shared_out_.get<__nv_bfloat16>();

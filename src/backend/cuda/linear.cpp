@@ -11,6 +11,7 @@
 #include "backend/cuda/cublaslt_gemm.h"
 #include "common/error.h"
 #include "kernels/ops/matmul_launch.h"
+#include "kernels/ops/moe_decode_launch.h"
 
 namespace rs::cuda {
 namespace {
@@ -83,9 +84,11 @@ size_t align_up(size_t v) { return (v + 255) & ~size_t(255); }
 struct ExpertGemmLayout {
   size_t pair_token, pair_of, tile_expert, tile_p0, tile_n, n_tiles, h, y, bytes;
   int max_tiles;
-  ExpertGemmLayout(int m, int top_k, int num_experts, int hidden, int inter, int tile_tokens) {
-    const int64_t P = int64_t(m) * top_k;
-    max_tiles = static_cast<int>((P + tile_tokens - 1) / tile_tokens + std::min<int64_t>(num_experts, P));
+  // n_shared: shared experts folded in as experts selected by every token (m more pairs each).
+  ExpertGemmLayout(int m, int top_k, int num_experts, int hidden, int inter, int tile_tokens, int n_shared = 0) {
+    const int64_t P = int64_t(m) * (top_k + n_shared);
+    max_tiles = static_cast<int>((P + tile_tokens - 1) / tile_tokens +
+                                 std::min<int64_t>(num_experts + n_shared, P));
     size_t o = 0;
     pair_token = o; o += align_up(P * 4);
     pair_of = o; o += align_up(P * 4);
@@ -99,9 +102,43 @@ struct ExpertGemmLayout {
   }
 };
 
-size_t expert_gemv_bytes(int m, int top_k, int num_experts, int inter) {
-  const int64_t active = std::min<int64_t>(num_experts, int64_t(m) * top_k);
-  return align_up(active * m * inter * 2);
+size_t expert_gemv_bytes(int m, int top_k, int num_experts, int inter, int n_shared = 0) {
+  const int64_t slots = n_shared + std::min<int64_t>(num_experts, int64_t(m) * top_k);
+  return align_up(slots * m * inter * 2);
+}
+
+// Batched decode, bf16: the grouped tensor-core GEMV (expert_decode.cuh) while experts get at
+// most 16 tokens on average (each 16-token tile reads its expert's weights once, like the GEMV);
+// above that the mma.sync GEMM tile (or cuBLASLt for prefill sizes) reuses weights better.
+constexpr int kExpertTcMaxTokens = 512;
+bool expert_tc_gemv_for(const MoeExperts& e, int m, int top_k) {
+  return kern::expert_decode() && e.type == WeightType::BF16 && m > kern::expert_gemv_max_tokens() &&
+         m <= kExpertTcMaxTokens && int64_t(m) * top_k <= int64_t(16) * e.num_experts;
+}
+
+// Shared experts that moe_experts() may fold into its kernels: HF's concatenated shared MLP of
+// exactly n_shared * inter rows / columns, the routed experts' type, and for FP8 scale blocks
+// that the per-expert views start on.
+std::string shared_unfusable_reason(const MoeExperts& e) {
+  if (e.n_shared <= 0) return "no shared experts";
+  if (e.n_shared > kern::kMaxSharedExperts)
+    return "n_shared=" + std::to_string(e.n_shared) + " above " + std::to_string(kern::kMaxSharedExperts);
+  if (e.num_experts + e.n_shared > kern::kMaxExperts) return "routed + shared experts above " + std::to_string(kern::kMaxExperts);
+  const int64_t S = int64_t(e.n_shared) * e.inter;
+  const DeviceMatrix* mats[3] = {&e.shared_gate, &e.shared_up, &e.shared_down};
+  for (int k = 0; k < 3; ++k) {
+    const DeviceMatrix& w = *mats[k];
+    const int64_t want_rows = k == 2 ? e.hidden : S, want_cols = k == 2 ? S : e.hidden;
+    if (w.rows != want_rows || w.cols != want_cols) return "shared matrix " + describe(w) + " is not [" +
+        std::to_string(want_rows) + " x " + std::to_string(want_cols) + "]";
+    if (w.type != e.type || !w.data || !aligned16(w.data)) return "shared matrix " + describe(w) + " type/data";
+    if (w.type == WeightType::FP8_E4M3_BLOCK &&
+        (!w.scale_inv || w.block_rows <= 0 || w.block_cols <= 0 || w.block_cols % 16 != 0 ||
+         (k == 2 ? e.inter % w.block_cols : e.inter % w.block_rows) != 0))
+      return "FP8 shared matrix " + describe(w) + " blocks " + std::to_string(w.block_rows) + "x" +
+             std::to_string(w.block_cols) + " do not tile inter=" + std::to_string(e.inter);
+  }
+  return "";
 }
 
 void check_experts(const MoeExperts& e, int top_k) {
@@ -345,7 +382,15 @@ void swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStr
 size_t moe_workspace_bytes(int m_max, int top_k, const MoeExperts& experts) {
   check_experts(experts, top_k);
   const int m_small = std::min(std::max(m_max, 0), kern::kExpertGemvMaxTokens);
-  size_t bytes = expert_gemv_bytes(m_small, top_k, experts.num_experts, experts.inter);
+  // Room for folded-in shared experts (moe_can_fuse_shared) whatever `experts` says, so a
+  // workspace sized from the routed set alone serves the fused calls of batched decode too.
+  const int ns = kern::kMaxSharedExperts;
+  size_t bytes = expert_gemv_bytes(m_small, top_k, experts.num_experts, experts.inter, ns);
+  if (m_max > kern::kExpertGemvMaxTokens) {
+    const ExpertGemmLayout l(std::min(m_max, kExpertTcMaxTokens), top_k, experts.num_experts, experts.hidden,
+                             experts.inter, 16, ns);
+    bytes = std::max(bytes, l.bytes);
+  }
   // Any m may take the grouped path (the GEMV limit is tunable); the smallest tile has the
   // most tiles, so size for it and every m <= m_max fits.
   if (m_max > 0) {
@@ -359,6 +404,85 @@ size_t moe_workspace_bytes(int m_max, int top_k, const MoeExperts& experts) {
   return std::max<size_t>(bytes, 256);
 }
 
+bool moe_can_fuse_shared(const MoeExperts& experts, int m) {
+  if (!kern::expert_decode() || m <= 0 || !shared_unfusable_reason(experts).empty()) return false;
+  if (m <= kern::expert_gemv_max_tokens()) return true;               // few-token kernels
+  if (experts.type == WeightType::BF16) return m <= kExpertTcMaxTokens;  // grouped TC GEMV or mma tile
+  return m <= kExpertTcMaxTokens;                                      // FP8: mma tile with views
+}
+
+namespace {
+
+// The decode-time expert kernels (expert_decode.cuh), and every call that folds in shared
+// experts. Returns false where they do not apply (no shared experts and m beyond them).
+bool moe_experts_decode(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
+                        const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
+                        const MoeWorkspace& ws, cudaStream_t stream) {
+  const int ns = experts.n_shared;
+  if (ns != 0 && !moe_can_fuse_shared(experts, m)) {
+    const std::string why = shared_unfusable_reason(experts);
+    throw Error("moe_experts: cannot fold " + std::to_string(ns) + " shared experts in at m=" + std::to_string(m) +
+                (why.empty() ? std::string(" (only up to ") + std::to_string(kExpertTcMaxTokens) + " tokens)" : ": " + why) +
+                "; run them with linear() (ask moe_can_fuse_shared first)");
+  }
+  const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
+  const bool small = kern::expert_decode() && m <= kern::expert_gemv_max_tokens();
+  const bool tc = expert_tc_gemv_for(experts, m, top_k);
+  if (!small && !tc && ns == 0) return false;
+  if (small) {
+    const size_t need = expert_gemv_bytes(m, top_k, experts.num_experts, experts.inter, ns);
+    if (ws.bytes < need)
+      throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
+                  std::to_string(need) + " needed for m=" + std::to_string(m));
+    kern::ExpertGemvParams p;
+    p.experts = experts;
+    p.x = x;
+    p.m = m;
+    p.top_k = top_k;
+    p.topk_ids = topk_ids;
+    p.topk_weights = topk_weights;
+    p.h = static_cast<__nv_bfloat16*>(ws.ptr);
+    p.out = out;
+    kern::launch_expert_decode_small(p, fp8, sm_count(), stream);
+    check_launch("moe_experts (decode gemv)");
+    return true;
+  }
+  const int bn = tc ? 16 : tile_tokens_for((int64_t(m) * (top_k + ns) + experts.num_experts + ns - 1) /
+                                           (experts.num_experts + ns));
+  const ExpertGemmLayout l(m, top_k, experts.num_experts, experts.hidden, experts.inter, bn, ns);
+  if (l.max_tiles > 65535)
+    throw Error("moe_experts: m=" + std::to_string(m) + " needs " + std::to_string(l.max_tiles) +
+                " token tiles, above the grid limit of 65535; split the batch");
+  if (ws.bytes < l.bytes)
+    throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
+                std::to_string(l.bytes) + " needed for m=" + std::to_string(m));
+  auto* base = static_cast<uint8_t*>(ws.ptr);
+  kern::ExpertGemmParams p;
+  p.experts = experts;
+  p.x = x;
+  p.m = m;
+  p.top_k = top_k;
+  p.topk_ids = topk_ids;
+  p.topk_weights = topk_weights;
+  p.tile_tokens = bn;
+  p.max_tiles = l.max_tiles;
+  p.pair_token = reinterpret_cast<int*>(base + l.pair_token);
+  p.pair_of = reinterpret_cast<int*>(base + l.pair_of);
+  p.tile_expert = reinterpret_cast<int*>(base + l.tile_expert);
+  p.tile_p0 = reinterpret_cast<int*>(base + l.tile_p0);
+  p.tile_n = reinterpret_cast<int*>(base + l.tile_n);
+  p.n_tiles = reinterpret_cast<int*>(base + l.n_tiles);
+  p.h = reinterpret_cast<__nv_bfloat16*>(base + l.h);
+  p.y = reinterpret_cast<__nv_bfloat16*>(base + l.y);
+  p.out = out;
+  if (tc) kern::launch_expert_decode_grouped(p, sm_count(), stream);
+  else kern::launch_expert_gemm(p, fp8, stream);  // the mma.sync tile reads shared views too
+  check_launch(tc ? "moe_experts (grouped tensor-core gemv)" : "moe_experts (grouped gemm, shared experts)");
+  return true;
+}
+
+}  // namespace
+
 void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
                  const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
                  const MoeWorkspace& ws, cudaStream_t stream) {
@@ -369,6 +493,7 @@ void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int t
     throw Error("moe_experts: x, out, topk_ids, topk_weights and the workspace must be device pointers");
   if (!aligned16(x) || !aligned16(out) || !aligned16(ws.ptr))
     throw Error("moe_experts: x, out and the workspace must be 16-byte aligned");
+  if (moe_experts_decode(experts, x, m, top_k, topk_ids, topk_weights, out, ws, stream)) return;
   if (moe_experts_cublaslt(experts, x, m, top_k, topk_ids, topk_weights, out, ws, stream)) return;
   const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
   if (m <= kern::expert_gemv_max_tokens()) {

@@ -35,6 +35,14 @@ void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int t
                  const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
                  const MoeWorkspace& ws, cudaStream_t stream);
 
+// Whether moe_experts() can run the shared experts set in `experts` (MoeExperts::n_shared,
+// shared_gate/up/down) inside its own kernels for m tokens: then one call gives routed + shared
+// and the caller skips its dense shared MLP. False (run the shared MLP with linear()) for shapes
+// or FP8 blocks that do not split into per-expert views, or m beyond the decode kernels.
+// moe_experts() throws an rs::Error when given shared experts it cannot fold in. (matmul room,
+// additive)
+bool moe_can_fuse_shared(const MoeExperts& experts, int m);
+
 // h[m, inter] = silu(gu[:, :inter]) * gu[:, inter:], gu = [m, 2 * inter] (bf16): the shared
 // experts' activation between linear([gate; up]) and linear(down). (matmul room, additive)
 void swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStream_t stream);

@@ -1,0 +1,304 @@
+#pragma once
+// Decode-time expert FFN with the shared experts folded in as extra "slots" of weight 1, so one
+// MoE layer is two weight-streaming kernels (gate_up with SwiGLU, then down) instead of the
+// routed pair plus four kernels of dense shared MLP (gate, up, silu*up, down) with their launch
+// and ramp gaps.
+//
+// Slot numbering: expert id e < num_experts is a routed expert (device arrays); e = num_experts
+// + k is shared expert k, a view of rows [k*inter, (k+1)*inter) of shared_gate / shared_up and
+// of columns [k*inter, (k+1)*inter) of shared_down. Views keep the parent's row stride (cols)
+// and move the FP8 scale pointer by whole scale blocks (the host checks inter % block == 0).
+//
+// Few tokens (m <= kExpertGemvMaxTokens): CUDA-core GEMV ops of gemv.cuh, routing derived in
+// every block (SmallRouting), slot s < n_shared shared, s >= n_shared the active routed experts.
+//   gate_up: one warp-item = (slot, intermediate row): that row of gate and of up, all tokens of
+//            the slot; items are spread flat over every warp of a persistent grid, so no SM waits
+//            on a partial last wave of (expert, row-group) blocks.
+//   down:    a block owns kDownRows hidden rows; its 8 warps take the slots round-robin (one
+//            weight batch per slot covers a whole 1408-wide row), apply the routing weight to
+//            their lane partials, and meet in shared memory in a fixed order (deterministic).
+// Many tokens, bf16 (kExpertGemvMaxTokens < m, <= 16 tokens per expert on average): the tile
+// table of expert_group_op (tiles of <= 16 pairs, shared slots included) and a tensor-core GEMV
+// per warp-item (tile, 16 weight rows): the weight rows go from 16-byte global loads straight
+// into m16n8k16 A fragments (the k-permutation of gemv_tc.cuh), the tile's 16 tokens are two
+// n-tiles, no shared memory and no barrier, so a warp keeps U steps of loads in flight and moves
+// on. A 16-token tile costs the same weight bytes as a 1-token one; the mma.sync GEMM tile of
+// expert_gemm.cuh kept only three 8 KB stages per block in flight (2.4 TB/s at batch 64).
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/common/bf16_fp8.cuh"
+#include "kernels/common/warp.cuh"
+#include "kernels/ops/gemv.cuh"
+#include "kernels/ops/gemv_experts.cuh"
+#include "kernels/ops/gemv_tc.cuh"
+#include "kernels/ops/linear_params.h"
+#include "kernels/ops/matmul_launch.h"
+#include "kernels/ops/matmul_pdl.cuh"
+
+namespace rs::kern {
+
+constexpr int kMaxSharedSlots = 4;  // shared experts a layer may fold in (DeepSeek: 1 or 2)
+constexpr int kDownRows = 2;        // hidden rows per block-iteration of the few-token down op
+constexpr int kExpertTcWarps = 4;   // warps per block of the grouped tensor-core GEMV
+constexpr int kExpertTcThreads = kExpertTcWarps * 32;
+
+// ---------------------------------------------------------------------------------------------
+// Few tokens. h layout: [slot][t < m][inter], slot = shared k first, then the active experts.
+
+// Expert id and token bitmask of slot s (after small_routing).
+__device__ __forceinline__ int small_slot_expert(const ExpertGemvParams& p, const SmallRouting& sr, int s) {
+  const int ns = p.experts.n_shared;
+  return s < ns ? p.experts.num_experts + s : sr.expert[s - ns];
+}
+__device__ __forceinline__ uint32_t small_slot_tokens(const ExpertGemvParams& p, const SmallRouting& sr, int s) {
+  const int ns = p.experts.n_shared;
+  return s < ns ? (p.m >= 32 ? 0xffffffffu : (1u << p.m) - 1u) : sr.tokens[s - ns];
+}
+
+template <bool kFp8, int MT, int U>
+__device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, SmallRouting& sr) {
+  constexpr int E = chunk_elems<kFp8>();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  const int64_t nw = static_cast<int64_t>(gridDim.x) * kGemvWarps;
+  pdl_launch_dependents();
+  // The first items are shared-expert rows, known before the routing: start them towards L2
+  // while the router drains.
+  if (gw < static_cast<int64_t>(ns) * inter) {
+    const int k = static_cast<int>(gw / inter);
+    const int64_t row = gw % inter;
+#pragma unroll
+    for (int part = 0; part < 2; ++part) {
+      const WeightRow r = weight_row(expert_matrix(p.experts, p.experts.num_experts + k, part), row, kFp8);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = u * 32 + lane;
+        if (c < hidden / E) asm volatile("prefetch.global.L2 [%0];" ::"l"(r.data + c * 16));
+      }
+    }
+  }
+  pdl_wait();  // routing from the router, x from the norm
+  small_routing(p, sr);
+  const int64_t items = static_cast<int64_t>(ns + sr.n_active) * inter;
+  for (int64_t it = gw; it < items; it += nw) {
+    const int s = static_cast<int>(it / inter);
+    const int64_t row = it % inter;
+    const int e = small_slot_expert(p, sr, s);
+    const uint32_t sel = small_slot_tokens(p, sr, s);
+    const rs::cuda::DeviceMatrix gate = expert_matrix(p.experts, e, kPartGate);
+    const WeightRow rows[2] = {weight_row(gate, row, kFp8),
+                               weight_row(expert_matrix(p.experts, e, kPartUp), row, kFp8)};
+    const __nv_bfloat16* xr[1][MT];
+#pragma unroll
+    for (int t = 0; t < MT; ++t) xr[0][t] = (t < p.m && (sel >> t & 1u)) ? p.x + static_cast<int64_t>(t) * hidden : nullptr;
+    float part[2][MT];
+    gemv_warp_partial<kFp8, 2, MT, U>(rows, xr, 0, hidden / E, gate.block_cols, part);
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const float g = warp_sum(part[0][t]);
+      const float u = warp_sum(part[1][t]);
+      if (lane == (t & 31) && xr[0][t])
+        p.h[(static_cast<int64_t>(s) * p.m + t) * inter + row] = __float2bfloat16_rn(silu(g) * u);
+    }
+  }
+}
+
+// out[t, row] = sum over slots of weight(t, slot) * down_slot[row] . h[slot, t]
+// red: shared memory [kGemvWarps][kDownRows][MT].
+template <bool kFp8, int MT, int U>
+__device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRouting& sr, float* red) {
+  constexpr int E = chunk_elems<kFp8>();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
+  const int64_t groups = (hidden + kDownRows - 1) / kDownRows;
+  pdl_launch_dependents();
+  if (warp < ns && blockIdx.x < groups) {  // first rows of this warp's shared slot, towards L2
+    const rs::cuda::DeviceMatrix d = expert_matrix(p.experts, p.experts.num_experts + warp, kPartDown);
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) {
+      const WeightRow wr = weight_row(d, static_cast<int64_t>(blockIdx.x) * kDownRows + r, kFp8);
+      if (!wr.data) continue;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = u * 32 + lane;
+        if (c < inter / E) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr.data + c * 16));
+      }
+    }
+  }
+  pdl_wait();  // routing from the router, h from the gate_up kernel
+  small_routing(p, sr);
+  const int slots = ns + sr.n_active;
+  for (int64_t rg = blockIdx.x; rg < groups; rg += gridDim.x) {  // uniform over the block
+    float acc[kDownRows][MT];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r)
+#pragma unroll
+      for (int t = 0; t < MT; ++t) acc[r][t] = 0.f;
+    for (int s = warp; s < slots; s += kGemvWarps) {
+      const int e = small_slot_expert(p, sr, s);
+      const uint32_t sel = small_slot_tokens(p, sr, s);
+      const rs::cuda::DeviceMatrix d = expert_matrix(p.experts, e, kPartDown);
+      WeightRow rows[kDownRows];
+#pragma unroll
+      for (int r = 0; r < kDownRows; ++r) rows[r] = weight_row(d, rg * kDownRows + r, kFp8);
+      const __nv_bfloat16* hr[1][MT];
+#pragma unroll
+      for (int t = 0; t < MT; ++t)
+        hr[0][t] = (t < p.m && (sel >> t & 1u)) ? p.h + (static_cast<int64_t>(s) * p.m + t) * inter : nullptr;
+      float part[kDownRows][MT];
+      gemv_warp_partial<kFp8, kDownRows, MT, U>(rows, hr, 0, inter / E, d.block_cols, part);
+      // The routing weight is linear in the dot product: lanes apply it before the reduction.
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        const float wt = s < ns ? 1.f : (t < kExpertGemvMaxTokens ? sr.weight[t][s - ns] : 0.f);
+#pragma unroll
+        for (int r = 0; r < kDownRows; ++r) acc[r][t] = fmaf(wt, part[r][t], acc[r][t]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r)
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        const float v = warp_sum(acc[r][t]);
+        if (lane == 0) red[(warp * kDownRows + r) * MT + t] = v;
+      }
+    __syncthreads();
+    if (threadIdx.x < kDownRows * MT) {
+      const int r = threadIdx.x / MT, t = threadIdx.x % MT;
+      float v = 0.f;
+      for (int k = 0; k < kGemvWarps; ++k) v += red[(k * kDownRows + r) * MT + t];  // fixed order
+      const int64_t row = rg * kDownRows + r;
+      if (row < hidden && t < p.m) p.out[static_cast<int64_t>(t) * hidden + row] = __float2bfloat16_rn(v);
+    }
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many tokens, bf16: grouped tensor-core GEMV over the tile table (tile_tokens == 16).
+
+// Two m16n8k16 steps over one 32-column step of 16 weight rows (wa: row g, wb: row g+8; lane
+// columns c*8 .. c*8+7) against one n-tile of 8 tokens (xv: token g's same columns).
+__device__ __forceinline__ void tc_step(float (&acc)[4], const uint4& wa, const uint4& wb, const uint4& xv) {
+  mma_bf16_16816(acc, wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
+  mma_bf16_16816(acc, wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
+}
+
+template <int U>
+__device__ __forceinline__ void expert_tc_gate_up_op(const ExpertGemmParams& p) {
+  const int lane = threadIdx.x & 31, g = lane / 4, c = lane % 4;
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kExpertTcWarps + threadIdx.x / 32;
+  const int64_t nw = static_cast<int64_t>(gridDim.x) * kExpertTcWarps;
+  const int inter = p.experts.inter, hidden = p.experts.hidden;
+  const int64_t rgs = (inter + 15) / 16, steps = (hidden + 31) / 32;
+  pdl_launch_dependents();
+  pdl_wait();  // tile table from the group kernel, x from upstream
+  const int64_t items = static_cast<int64_t>(*p.n_tiles) * rgs;
+  for (int64_t it = gw; it < items; it += nw) {
+    const int tile = static_cast<int>(it / rgs);
+    const int64_t r0 = (it % rgs) * 16;
+    const int e = p.tile_expert[tile], p0 = p.tile_p0[tile], n = p.tile_n[tile];
+    const rs::cuda::DeviceMatrix gate = expert_matrix(p.experts, e, kPartGate);
+    const rs::cuda::DeviceMatrix up = expert_matrix(p.experts, e, kPartUp);
+    const int64_t ra = r0 + g, rb = r0 + g + 8;
+    const auto* gbase = static_cast<const __nv_bfloat16*>(gate.data);
+    const auto* ubase = static_cast<const __nv_bfloat16*>(up.data);
+    const __nv_bfloat16* ga = ra < inter ? gbase + ra * gate.cols : nullptr;
+    const __nv_bfloat16* gb = rb < inter ? gbase + rb * gate.cols : nullptr;
+    const __nv_bfloat16* ua = ra < inter ? ubase + ra * up.cols : nullptr;
+    const __nv_bfloat16* ub = rb < inter ? ubase + rb * up.cols : nullptr;
+    const __nv_bfloat16* x0 = g < n ? p.x + static_cast<int64_t>(p.pair_token[p0 + g]) * hidden : nullptr;
+    const __nv_bfloat16* x1 = g + 8 < n ? p.x + static_cast<int64_t>(p.pair_token[p0 + g + 8]) * hidden : nullptr;
+    float accg[2][4] = {}, accu[2][4] = {};
+    for (int64_t s0 = 0; s0 < steps; s0 += U) {
+      uint4 wga[U], wgb[U], wua[U], wub[U], xa[U], xb[U];
+      const uint4 z = make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t col = (s0 + u) * 32 + c * 8;
+        const bool ok = col < hidden;  // hidden % 8 == 0: a chunk is all in or all out
+        wga[u] = ok && ga ? ld_stream16(ga + col) : z;
+        wgb[u] = ok && gb ? ld_stream16(gb + col) : z;
+        wua[u] = ok && ua ? ld_stream16(ua + col) : z;
+        wub[u] = ok && ub ? ld_stream16(ub + col) : z;
+        xa[u] = ok && x0 ? ld_cached16(x0 + col) : z;
+        xb[u] = ok && x1 ? ld_cached16(x1 + col) : z;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        tc_step(accg[0], wga[u], wgb[u], xa[u]);
+        tc_step(accu[0], wua[u], wub[u], xa[u]);
+        if (n > 8) {  // warp-uniform
+          tc_step(accg[1], wga[u], wgb[u], xb[u]);
+          tc_step(accu[1], wua[u], wub[u], xb[u]);
+        }
+      }
+    }
+    // acc[j][q]: row (q < 2 ? ra : rb), token j*8 + 2c + (q & 1) of the tile.
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int tok = j * 8 + 2 * c + (q & 1);
+        const int64_t row = q < 2 ? ra : rb;
+        if (tok < n && row < inter)
+          p.h[static_cast<int64_t>(p0 + tok) * inter + row] = __float2bfloat16_rn(silu(accg[j][q]) * accu[j][q]);
+      }
+  }
+}
+
+template <int U>
+__device__ __forceinline__ void expert_tc_down_op(const ExpertGemmParams& p) {
+  const int lane = threadIdx.x & 31, g = lane / 4, c = lane % 4;
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kExpertTcWarps + threadIdx.x / 32;
+  const int64_t nw = static_cast<int64_t>(gridDim.x) * kExpertTcWarps;
+  const int inter = p.experts.inter, hidden = p.experts.hidden;
+  const int64_t rgs = (hidden + 15) / 16, steps = (inter + 31) / 32;
+  pdl_launch_dependents();
+  pdl_wait();  // tile table from the group kernel, h from the gate_up kernel
+  const int64_t items = static_cast<int64_t>(*p.n_tiles) * rgs;
+  for (int64_t it = gw; it < items; it += nw) {
+    const int tile = static_cast<int>(it / rgs);
+    const int64_t r0 = (it % rgs) * 16;
+    const int e = p.tile_expert[tile], p0 = p.tile_p0[tile], n = p.tile_n[tile];
+    const rs::cuda::DeviceMatrix down = expert_matrix(p.experts, e, kPartDown);
+    const int64_t ra = r0 + g, rb = r0 + g + 8;
+    const auto* dbase = static_cast<const __nv_bfloat16*>(down.data);
+    const __nv_bfloat16* wa = ra < hidden ? dbase + ra * down.cols : nullptr;
+    const __nv_bfloat16* wb = rb < hidden ? dbase + rb * down.cols : nullptr;
+    const __nv_bfloat16* h0 = g < n ? p.h + static_cast<int64_t>(p0 + g) * inter : nullptr;
+    const __nv_bfloat16* h1 = g + 8 < n ? p.h + static_cast<int64_t>(p0 + g + 8) * inter : nullptr;
+    float acc[2][4] = {};
+    for (int64_t s0 = 0; s0 < steps; s0 += U) {
+      uint4 va[U], vb[U], xa[U], xb[U];
+      const uint4 z = make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t col = (s0 + u) * 32 + c * 8;
+        const bool ok = col < inter;
+        va[u] = ok && wa ? ld_stream16(wa + col) : z;
+        vb[u] = ok && wb ? ld_stream16(wb + col) : z;
+        xa[u] = ok && h0 ? ld_cached16(h0 + col) : z;
+        xb[u] = ok && h1 ? ld_cached16(h1 + col) : z;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        tc_step(acc[0], va[u], vb[u], xa[u]);
+        if (n > 8) tc_step(acc[1], va[u], vb[u], xb[u]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int tok = j * 8 + 2 * c + (q & 1);
+        const int64_t row = q < 2 ? ra : rb;
+        if (tok < n && row < hidden) p.y[static_cast<int64_t>(p0 + tok) * hidden + row] = __float2bfloat16_rn(acc[j][q]);
+      }
+  }
+}
+
+}  // namespace rs::kern

@@ -1,0 +1,136 @@
+// __global__ wrappers and launchers for the decode-time expert kernels (expert_decode.cuh).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "kernels/ops/expert_decode.cuh"
+#include "kernels/ops/expert_gemm.cuh"
+#include "kernels/ops/matmul_launch.h"
+#include "kernels/ops/matmul_pdl.cuh"
+#include "kernels/ops/moe_decode_launch.h"
+
+namespace rs::kern {
+
+static_assert(kMaxSharedExperts == kMaxSharedSlots, "one limit for host and device");
+
+namespace {
+
+// RS_EXPERT_DECODE=0 starts a process with the earlier expert kernels (A/B runs of whole
+// forward steps from one binary); set_expert_decode() switches at run time.
+bool expert_decode_default() {
+  const char* v = std::getenv("RS_EXPERT_DECODE");
+  return !(v && v[0] == '0');
+}
+bool g_expert_decode = expert_decode_default();
+
+// One and two tokens fit 2 blocks of 256 threads per SM (<= 128 registers); more tokens hold
+// more partial sums and get one.
+template <int MT>
+constexpr int small_min_blocks() { return MT <= 2 ? 2 : 1; }
+
+template <bool kFp8, int MT, int U>
+__global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>()) expert_decode_gate_up_kernel(ExpertGemvParams p) {
+  __shared__ SmallRouting sr;
+  fused_gate_up_op<kFp8, MT, U>(p, sr);
+}
+
+template <bool kFp8, int MT, int U>
+__global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>()) expert_decode_down_kernel(ExpertGemvParams p) {
+  __shared__ SmallRouting sr;
+  __shared__ float red[kGemvWarps * kDownRows * MT];
+  fused_down_op<kFp8, MT, U>(p, sr, red);
+}
+
+__global__ void __launch_bounds__(kMaxExperts) expert_decode_group_kernel(ExpertGemmParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
+  __shared__ GroupSmem s;
+  expert_group_op(p, s);
+}
+
+template <int U>
+__global__ void __launch_bounds__(kExpertTcThreads, 3) expert_tc_gate_up_kernel(ExpertGemmParams p) {
+  expert_tc_gate_up_op<U>(p);
+}
+
+template <int U>
+__global__ void __launch_bounds__(kExpertTcThreads, 4) expert_tc_down_kernel(ExpertGemmParams p) {
+  expert_tc_down_op<U>(p);
+}
+
+__global__ void expert_decode_combine_kernel(ExpertGemmParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
+  expert_combine_op(p);
+}
+
+// Resident blocks per SM of a kernel (asked once per instantiation, outside any capture in
+// practice: the first call is a warm-up), at least 1.
+template <class K>
+int resident_blocks(K kernel, int threads) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess) {
+    cudaGetLastError();
+    n = 1;
+  }
+  return std::max(n, 1);
+}
+
+template <bool kFp8, int MT>
+void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
+  // Weight chunks per lane per batch: a whole 2048-wide gate/up row (bf16 256 chunks, FP8 128);
+  // for down one batch covers a whole 1408-wide row of every kDownRows rows (bf16 176 <= 192,
+  // FP8 88 <= 96).
+  constexpr int U = kFp8 ? 4 : 8, UD = kFp8 ? 3 : 6;
+  auto* gate_up = expert_decode_gate_up_kernel<kFp8, MT, U>;
+  auto* down = expert_decode_down_kernel<kFp8, MT, UD>;
+  static const int occ_gu = resident_blocks(gate_up, kGemvThreads);
+  static const int occ_d = resident_blocks(down, kGemvThreads);
+  const int64_t slots = p.experts.n_shared + std::min(p.experts.num_experts, p.m * p.top_k);
+  const int64_t gu_blocks = (slots * p.experts.inter + kGemvWarps - 1) / kGemvWarps;
+  const int g1 = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(gu_blocks, int64_t(sm_count) * occ_gu)));
+  launch_pdl(gate_up, dim3(g1), dim3(kGemvThreads), 0, s, p);
+  const int64_t groups = (p.experts.hidden + kDownRows - 1) / kDownRows;
+  const int g2 = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(sm_count) * occ_d)));
+  launch_pdl(down, dim3(g2), dim3(kGemvThreads), 0, s, p);
+}
+
+template <bool kFp8>
+void small_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
+  if (p.m <= 1) small_mt<kFp8, 1>(p, sm_count, s);
+  else if (p.m <= 2) small_mt<kFp8, 2>(p, sm_count, s);
+  else if (p.m <= 4) small_mt<kFp8, 4>(p, sm_count, s);
+  else small_mt<kFp8, 8>(p, sm_count, s);
+}
+
+}  // namespace
+
+void set_expert_decode(bool on) { g_expert_decode = on; }
+bool expert_decode() { return g_expert_decode; }
+
+void launch_expert_decode_small(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t s) {
+  if (fp8) small_typed<true>(p, sm_count, s);
+  else small_typed<false>(p, sm_count, s);
+}
+
+void launch_expert_decode_grouped(const ExpertGemmParams& p, int sm_count, cudaStream_t s) {
+  // 32 columns per step, U steps per batch: gate_up 4 x (4 weight + 2 token) 16-byte loads per
+  // lane in flight (8 KB of weights per warp, 3 blocks of 4 warps per SM), down 4 x (2 + 2)
+  // (4 KB per warp, 4 blocks per SM): ~100 KB / ~64 KB of weights in flight per SM.
+  constexpr int UG = 4, UD = 4;
+  static const int occ_gu = resident_blocks(expert_tc_gate_up_kernel<UG>, kExpertTcThreads);
+  static const int occ_d = resident_blocks(expert_tc_down_kernel<UD>, kExpertTcThreads);
+  launch_pdl(expert_decode_group_kernel, dim3(1), dim3(kMaxExperts), 0, s, p);
+  const int64_t gu_items = int64_t(p.max_tiles) * ((p.experts.inter + 15) / 16);
+  const int64_t d_items = int64_t(p.max_tiles) * ((p.experts.hidden + 15) / 16);
+  auto blocks = [&](int64_t items, int occ) {
+    const int64_t need = (items + kExpertTcWarps - 1) / kExpertTcWarps;
+    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(need, int64_t(sm_count) * occ)));
+  };
+  launch_pdl(expert_tc_gate_up_kernel<UG>, dim3(blocks(gu_items, occ_gu)), dim3(kExpertTcThreads), 0, s, p);
+  launch_pdl(expert_tc_down_kernel<UD>, dim3(blocks(d_items, occ_d)), dim3(kExpertTcThreads), 0, s, p);
+  launch_pdl(expert_decode_combine_kernel, dim3(p.m), dim3(256), 0, s, p);
+}
+
+}  // namespace rs::kern

@@ -1,0 +1,27 @@
+#pragma once
+// Launchers of the decode-time expert kernels (kernels/ops/expert_decode.cuh, wrappers in
+// moe_decode_kernels.cu): routed experts with the shared experts folded in as extra slots.
+// Plain C++: src/ includes it.
+#include <cuda_runtime.h>
+
+#include "kernels/ops/matmul_launch.h"
+
+namespace rs::kern {
+
+constexpr int kMaxSharedExperts = 4;  // = kMaxSharedSlots of expert_decode.cuh
+
+// Few tokens (m <= kExpertGemvMaxTokens), bf16 or FP8: gate_up (+SwiGLU) then down (+routing
+// weights, + shared experts), 2 kernels. p.h holds (n_shared + min(E, m*top_k)) * m * inter bf16.
+void launch_expert_decode_small(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t stream);
+
+// Many tokens, bf16 only: group (p.tile_tokens must be 16; shared experts as ids E..) ->
+// tensor-core GEMV gate_up (+SwiGLU) -> tensor-core GEMV down -> combine, 4 kernels.
+void launch_expert_decode_grouped(const ExpertGemmParams& p, int sm_count, cudaStream_t stream);
+
+// A/B switch for measurements and tests (default on; environment RS_EXPERT_DECODE=0 starts
+// off): off, moe_experts() takes the earlier kernels (gemv_experts.cuh / the mma.sync grouped
+// GEMM) and moe_can_fuse_shared() says no, so shared experts run as a dense MLP again.
+void set_expert_decode(bool on);
+bool expert_decode();
+
+}  // namespace rs::kern
