@@ -2,19 +2,19 @@
 // MLA prefill attention in the expanded form, FlashAttention-2 style: causal, online softmax in
 // base 2, everything but the K/V tiles in registers.
 //
-// A block owns kRows = 16 * kWarps queries of one head; warp w owns rows [16w, 16w + 16) (the
-// M of one mma.sync m16n8k16) and never exchanges data with the other warps, so the only
+// A block owns kRows = 16 * MT * kWarps queries of one head; warp w owns 16 * MT consecutive rows
+// (MT m16 tiles of mma.sync m16n8k16) and never exchanges data with the other warps, so the only
 // barriers are the ones that hand the double-buffered K/V tiles around. Per key tile:
-//  - S = Q K^T: Q's A fragments are loaded once (ldmatrix) and stay in registers for the whole
-//    block (DK/16 x 4 registers); K's B fragments come from the [key][dim] tile by ldmatrix
-//    (rows = keys, which is the "col" operand layout as stored);
+//  - S = Q K^T: with MT = 1, Q's A fragments are loaded once (ldmatrix) and stay in registers
+//    (DK/16 x 4 registers); with MT = 2 they are reloaded per k-step, and every K fragment feeds
+//    two MMAs. K's B fragments come from the [key][dim] tile by ldmatrix (rows = keys, which is
+//    the "col" operand layout as stored);
 //  - online softmax on the accumulators themselves: a row's 2 x kTile/8 values sit in the four
 //    lanes of a quad, so the row max needs two shuffles; the row sum stays per lane until the end;
 //  - O += P V: the S accumulator of n-tiles 2k, 2k+1 is exactly the A fragment of k-step k once
 //    packed to bf16 (no shared-memory round trip); V's B fragments by ldmatrix.trans of [key][dim].
-// Keys are walked from 0 upward; only tiles that reach past the first query of a warp are masked
-// (at most two for a misaligned cached prefix), and tiles past the block's last query are never
-// loaded. Tile 0 holds key 0, which every query sees, so the running max is finite after it.
+// Keys are walked from 0 upward; only tiles that reach past the first query of a warp are masked,
+// and tiles past the block's last query are never loaded. Tile 0 holds key 0, which every query sees, so the running max is finite after it.
 // K = [k_nope | k_pe] and V are streamed by 16-byte cp.async, one tile ahead (double buffer).
 #include <cstdint>
 

@@ -26,10 +26,6 @@ bool mla_prefill_supported(int nope, int rope, int vdim);
 // are compiled as C++17.)
 void launch_mla_prefill(const MlaPrefillParams& p, cudaStream_t stream);
 // The launch itself (mla_prefill_kernels.cu): cudaErrorInvalidValue for unsupported head dims.
-// TEMPORARY A/B variants (removed with the old kernel after measurement): -1 = previous WMMA
-// kernel, 0 = default (4 warps x 16 rows, 64-key tiles, 2 blocks/SM), 1 = 32-key tiles (3
-// blocks/SM), 2 = 8 warps x 16 rows, 3 = 4 warps x 32 rows with 32-key tiles, 4 = 4 warps x 32
-// rows with 64-key tiles (V2 head dims only).
-cudaError_t mla_prefill_enqueue(const MlaPrefillParams& p, cudaStream_t stream, int variant);
+cudaError_t mla_prefill_enqueue(const MlaPrefillParams& p, cudaStream_t stream);
 
 }  // namespace rs::cuda

@@ -48,27 +48,7 @@ void fill_random(Buf& b, size_t count, uint64_t seed) {
   ok(cudaMemcpy(b.p, h.data(), count * 2, cudaMemcpyHostToDevice), "upload");
 }
 
-std::vector<float> download(const Buf& b, size_t count) {
-  std::vector<uint16_t> h(count);
-  ok(cudaMemcpy(h.data(), b.p, count * 2, cudaMemcpyDeviceToHost), "download");
-  std::vector<float> f(count);
-  for (size_t i = 0; i < count; ++i) f[i] = bf16_to_f32(h[i]);
-  return f;
-}
-
-std::string variant_name(int v) {
-  switch (v) {
-    case -1: return "wmma (previous)";
-    case 0: return "mma 4w x16 rows, 64 keys";
-    case 1: return "mma 4w x16 rows, 32 keys";
-    case 2: return "mma 8w x16 rows, 64 keys";
-    case 3: return "mma 4w x32 rows, 32 keys";
-    case 4: return "mma 4w x32 rows, 64 keys";
-  }
-  return "variant " + std::to_string(v);
-}
-
-void run(int iters, const std::vector<int>& variants, const std::string& json_path) {
+void run(int iters, const std::string& json_path) {
   constexpr int heads = 16, nope = 128, rope = 64, vdim = 128, dk = nope + rope;
   struct Case { int start, T; };
   const std::vector<Case> cases = {{0, 1024}, {0, 4096}, {0, 8192}, {4096, 4096}};
@@ -80,8 +60,7 @@ void run(int iters, const std::vector<int>& variants, const std::string& json_pa
   fill_random(q, size_t(maxL) * heads * dk, 1);
   fill_random(kv, size_t(maxL) * heads * (nope + vdim), 2);
   fill_random(pe, size_t(maxL) * rope, 3);
-  std::vector<std::unique_ptr<Buf>> outs;
-  for (size_t i = 0; i < variants.size(); ++i) outs.push_back(std::make_unique<Buf>(size_t(maxL) * heads * vdim * 2));
+  Buf out(size_t(maxL) * heads * vdim * 2);
   cudaStream_t s;
   ok(cudaStreamCreate(&s), "stream");
   cudaEvent_t e0, e1;
@@ -91,57 +70,40 @@ void run(int iters, const std::vector<int>& variants, const std::string& json_pa
   std::printf("bench mla-prefill: %s, heads %d, qk %d (%d nope + %d rope), v %d, causal, bf16; %d timed launches "
               "after 2 warm-up, median\n",
               prop.name, heads, dk, nope, rope, vdim, iters);
-  std::printf("%-4s %-6s %-6s %-26s %12s %10s %8s %14s\n", "var", "start", "T", "kernel", "median us", "TFLOP/s", "% peak",
-              "rel.diff vs 1st");
+  std::printf("%-6s %-6s %12s %10s %8s\n", "start", "T", "median us", "TFLOP/s", "% peak");
   nlohmann::json js = nlohmann::json::array();
   for (const Case& c : cases) {
     double pairs = 0;  // (query, visible key) pairs: query i sees start + i + 1 keys
     for (int i = 0; i < c.T; ++i) pairs += double(c.start + i + 1);
     const double flops = 2.0 * heads * (dk + vdim) * pairs;
-    std::vector<float> first;
-    for (size_t vi = 0; vi < variants.size(); ++vi) {
-      rs::cuda::MlaPrefillParams p;
-      p.q = static_cast<const __nv_bfloat16*>(q.p);  // the chunk's queries: rows [0, T)
-      p.kv = static_cast<const __nv_bfloat16*>(kv.p);
-      p.kpe = static_cast<const __nv_bfloat16*>(pe.p);
-      p.out = static_cast<__nv_bfloat16*>(outs[vi]->p);
-      p.T = c.T;
-      p.start = c.start;
-      p.heads = heads;
-      p.nope = nope;
-      p.rope = rope;
-      p.vdim = vdim;
-      p.scale = 1.f / std::sqrt(float(dk));
-      std::vector<double> t;
-      for (int r = 0; r < iters + 2; ++r) {
-        ok(cudaEventRecord(e0, s), "record");
-        ok(rs::cuda::mla_prefill_enqueue(p, s, variants[vi]), "launch");
-        ok(cudaEventRecord(e1, s), "record");
-        ok(cudaEventSynchronize(e1), "sync");
-        float ms = 0;
-        ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-        if (r >= 2) t.push_back(ms * 1e-3);
-      }
-      std::sort(t.begin(), t.end());
-      const double sec = t[t.size() / 2];
-      const double tflops = flops / sec / 1e12;
-      const std::vector<float> out = download(*outs[vi], size_t(c.T) * heads * vdim);
-      double rel = 0;
-      if (vi == 0) {
-        first = out;
-      } else {
-        double d = 0, r2 = 0;
-        for (size_t i = 0; i < out.size(); ++i) {
-          d += double(out[i] - first[i]) * (out[i] - first[i]);
-          r2 += double(first[i]) * first[i];
-        }
-        rel = std::isfinite(d) ? std::sqrt(d / (r2 + 1e-30)) : INFINITY;
-      }
-      std::printf("%-4d %-6d %-6d %-26s %12.1f %10.1f %7.1f%% %14.2e\n", variants[vi], c.start, c.T, variant_name(variants[vi]).c_str(),
-                  sec * 1e6, tflops, 100.0 * tflops / kPeakTflops, rel);
-      js.push_back({{"start", c.start}, {"T", c.T}, {"kernel", variant_name(variants[vi])}, {"median_us", sec * 1e6},
-                    {"tflops", tflops}, {"pct_peak", 100.0 * tflops / kPeakTflops}, {"rel_diff_vs_first", rel}});
+    rs::cuda::MlaPrefillParams p;
+    p.q = static_cast<const __nv_bfloat16*>(q.p);  // the chunk's queries: rows [0, T)
+    p.kv = static_cast<const __nv_bfloat16*>(kv.p);
+    p.kpe = static_cast<const __nv_bfloat16*>(pe.p);
+    p.out = static_cast<__nv_bfloat16*>(out.p);
+    p.T = c.T;
+    p.start = c.start;
+    p.heads = heads;
+    p.nope = nope;
+    p.rope = rope;
+    p.vdim = vdim;
+    p.scale = 1.f / std::sqrt(float(dk));
+    std::vector<double> t;
+    for (int r = 0; r < iters + 2; ++r) {
+      ok(cudaEventRecord(e0, s), "record");
+      rs::cuda::launch_mla_prefill(p, s);
+      ok(cudaEventRecord(e1, s), "record");
+      ok(cudaEventSynchronize(e1), "sync");
+      float ms = 0;
+      ok(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+      if (r >= 2) t.push_back(ms * 1e-3);
     }
+    std::sort(t.begin(), t.end());
+    const double sec = t[t.size() / 2];
+    const double tflops = flops / sec / 1e12;
+    std::printf("%-6d %-6d %12.1f %10.1f %7.1f%%\n", c.start, c.T, sec * 1e6, tflops, 100.0 * tflops / kPeakTflops);
+    js.push_back({{"start", c.start}, {"T", c.T}, {"median_us", sec * 1e6}, {"tflops", tflops},
+                  {"pct_peak", 100.0 * tflops / kPeakTflops}});
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -154,12 +116,10 @@ void run(int iters, const std::vector<int>& variants, const std::string& json_pa
 void add_mla_prefill(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("mla-prefill", "MLA prefill attention kernel alone at DeepSeek-V2-Lite shapes (TFLOP/s)");
   auto iters = std::make_shared<int>(10);
-  auto variants = std::make_shared<std::vector<int>>(std::vector<int>{0});
   auto json = std::make_shared<std::string>();
   cmd->add_option("--iters", *iters, "timed launches per case")->check(CLI::Range(1, 1000));
-  cmd->add_option("--variants", *variants, "kernel variants to compare (TEMPORARY: -1 = previous WMMA kernel)")->delimiter(',');
   cmd->add_option("--json", *json, "write the results as JSON");
-  cmd->callback([iters, variants, json] { run(*iters, *variants, *json); });
+  cmd->callback([iters, json] { run(*iters, *json); });
 }
 
 }  // namespace rs::bench

@@ -1,6 +1,4 @@
 // Host entry of the MLA prefill attention: head-dim check and launch errors as rs::Error.
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "common/error.h"
@@ -14,13 +12,7 @@ void launch_mla_prefill(const MlaPrefillParams& p, cudaStream_t stream) {
     throw Error("mla prefill attention: no kernel for head dims qk_nope_head_dim " + std::to_string(p.nope) +
                 ", qk_rope_head_dim " + std::to_string(p.rope) + ", v_head_dim " + std::to_string(p.vdim) +
                 " (compiled: 128/64/128 and 32/16/32)");
-  // TEMPORARY A/B switch: RS_MLA_PREFILL=wmma | 1 | 2 (see mla_prefill_enqueue).
-  static const int variant = [] {
-    const char* v = std::getenv("RS_MLA_PREFILL");
-    if (!v) return 0;
-    return std::strcmp(v, "wmma") == 0 ? -1 : std::atoi(v);
-  }();
-  const cudaError_t e = mla_prefill_enqueue(p, stream, variant);
+  const cudaError_t e = mla_prefill_enqueue(p, stream);
   if (e != cudaSuccess) throw Error(std::string("mla prefill attention: launch failed: ") + cudaGetErrorString(e));
 }
 
