@@ -1,7 +1,9 @@
 // MLA prefill attention (expanded form, causal, with a cached prefix) against a host attention
-// in double precision over the same bf16 inputs: lengths that are not multiples of the 64-row
-// query tile or the 64-key tile, prefixes that put the diagonal at every offset inside a key
-// tile, a chunk of one token, sharp and flat softmaxes; and unsupported head dims rejected.
+// in double precision over the same bf16 inputs: lengths that are not multiples of the query
+// block (256 rows for V2/V3 dims, 64 for the fixture dims) or of the key tile (32 / 64),
+// prefixes that put the diagonal at many offsets inside a key tile, a chunk of one token, several
+// query blocks with and without a prefix, sharp and flat softmaxes; and unsupported head dims
+// rejected.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -118,8 +120,10 @@ TEST_CASE("mla prefill: V2/V3 head dims (128/64/128), causal tiles, cached prefi
     run_prefill_case(c, ++seed);
   // A sharp softmax (large scale): the running max moves a lot between tiles.
   run_prefill_case({2, 128, 64, 128, 150, 20, 0.5f}, ++seed);
-  // Many query tiles and a long key walk (17 key tiles for the last rows).
+  // Many query blocks and a long key walk (35 key tiles for the last rows).
   run_prefill_case({1, 128, 64, 128, 1100, 0, 0}, ++seed);
+  // Several query blocks behind a prefix that is not a multiple of the key tile.
+  run_prefill_case({2, 128, 64, 128, 300, 45, 0}, ++seed);
 }
 
 TEST_CASE("mla prefill: fixture head dims (32/16/32) vs host attention") {
