@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Decode expert kernels on an H200 in one device call: the gpu.linear suite, `bench forward` at
-# the issue-5 decode points with the earlier expert kernels (RS_EXPERT_DECODE=0: routed-expert
-# GEMV / mma.sync GEMM, shared experts as a dense MLP) and the decode kernels (shared experts
-# folded in) side by side, interleaved, then `bench linear --experts`, then the gpu.cuda suite
-# (every fixture model against the CPU reference); a summary table last. Logs go to $OUT.
+# the issue-5 decode points with the earlier and the decode expert kernels side by side (same
+# binary, interleaved), then `bench linear --experts`, then the gpu.cuda suite (every fixture
+# model against the CPU reference); a summary table last. Logs go to $OUT (put them in a tarball
+# there: only 8 files come back from a device call).
 #   tests/gpu/linear_decode_ab.sh BIN_DIR      (BIN_DIR holds rackserve and rackserve_tests)
 set -u
 cd "$(dirname "$0")/../.."
@@ -16,24 +16,26 @@ CFG="--config tests/fixtures/model-shapes/deepseek-v2-lite/config.json --load-fo
 summary=()
 
 suite() {  # name timeout
-  local t0=$SECONDS
-  timeout "$2" "$BIN/rackserve_tests" --test-suite="$1" > "$OUTDIR/$1.log" 2>&1
+  local t0=$SECONDS tag=$1
+  timeout "$2" "$BIN/rackserve_tests" --test-suite="$1" > "$OUTDIR/$tag.log" 2>&1
   local rc=$?
-  summary+=("$1: rc=$rc in $((SECONDS - t0)) s; $(grep -E '^\[doctest\] (test cases|assertions)' "$OUTDIR/$1.log" | tr -s ' ' | tr '\n' ';')")
-  grep -B3 -A10 -E "ERROR|FATAL|timeout" "$OUTDIR/$1.log" | head -50
+  summary+=("$tag: rc=$rc in $((SECONDS - t0)) s; $(grep -E '^\[doctest\] (test cases|assertions)' "$OUTDIR/$tag.log" | tr -s ' ' | tr '\n' ';')")
+  grep -B3 -A10 -E "ERROR|FATAL|timeout" "$OUTDIR/$tag.log" | head -50
 }
 
+# Variants: old = the earlier expert kernels (RS_EXPERT_DECODE=0: routed-expert GEMV / mma.sync
+# GEMM, shared experts as a dense MLP); new = the decode expert kernels (the default).
 fwd() {  # label flags...
   local label=$1
   shift
-  for v in 0 1; do
-    RS_EXPERT_DECODE=$v timeout 60 "$BIN/rackserve" bench forward $CFG "$@" > "$OUTDIR/fwd_${label}_e$v.log" 2>&1
+  for v in old new; do
+    RS_EXPERT_DECODE=$([ $v = old ] && echo 0 || echo 1) timeout 60 "$BIN/rackserve" bench forward $CFG "$@" > "$OUTDIR/fwd_${label}_$v.log" 2>&1
     local tok step bw
-    tok=$(grep -oP 'throughput\s+\K[0-9.]+' "$OUTDIR/fwd_${label}_e$v.log")
-    step=$(grep -oP 'median \K[0-9.]+' "$OUTDIR/fwd_${label}_e$v.log")
-    bw=$(grep -oP 'achieved\s+\K.*' "$OUTDIR/fwd_${label}_e$v.log")
-    summary+=("$(printf '%-10s %-8s %9s tok/s  step %7s ms  %s' "$label" "$([ $v = 0 ] && echo earlier || echo decode)" "${tok:-FAIL}" "${step:-?}" "${bw:-}")")
-    [ -n "$tok" ] || tail -5 "$OUTDIR/fwd_${label}_e$v.log"
+    tok=$(grep -oP 'throughput\s+\K[0-9.]+' "$OUTDIR/fwd_${label}_$v.log")
+    step=$(grep -oP 'median \K[0-9.]+' "$OUTDIR/fwd_${label}_$v.log")
+    bw=$(grep -oP 'achieved\s+\K.*' "$OUTDIR/fwd_${label}_$v.log")
+    summary+=("$(printf '%-10s %-4s %9s tok/s  step %7s ms  %s' "$label" "$v" "${tok:-FAIL}" "${step:-?}" "${bw:-}")")
+    [ -n "$tok" ] || tail -5 "$OUTDIR/fwd_${label}_$v.log"
   done
 }
 
