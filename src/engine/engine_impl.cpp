@@ -87,6 +87,7 @@ class EngineImpl final : public Engine {
 
   std::unique_ptr<Backend> backend_;
   const Tokenizer* tok_;
+  std::unique_ptr<JsonMasker> json_masker_;  // built at the first JSON-mode request
   EngineConfig cfg_;
   int vocab_ = 0;
   int max_model_len_ = 0;
@@ -229,6 +230,13 @@ void EngineImpl::run() {
         return stop_ || cancel_all_ || !submitted_.empty() || inbox_->cancel_pending || sched_->has_work();
       });
       incoming.swap(submitted_);
+      if (!incoming.empty()) {
+        // Until the next publish_stats they are in neither submitted_ nor the published count:
+        // count them as waiting now, or submit() could admit past max_queued_requests while a
+        // step runs.
+        std::lock_guard<std::mutex> sl(stats_mu_);
+        stats_.waiting += static_cast<int>(incoming.size());
+      }
       inbox_->cancel_pending = false;
       cancel_all = cancel_all_;
       stop = stop_;
@@ -263,6 +271,7 @@ void EngineImpl::admit(std::unique_ptr<Request> r) {
     s->sampling.seed = choice_seed(g.sampling.seed, c);
     if (g.min_tokens > 0) s->sampling_min = with_stop_tokens_banned(s->sampling, g, eos_ids_);
     if (tok_) s->decoder.emplace(*tok_, g.skip_special_tokens);
+    if (g.json_object) s->json.emplace();
     s->stop = StopChecker(g.stop, g.include_stop_str_in_output);
     s->awaiting_fork = share_prompt && c == 0;
     r->seqs.push_back(std::move(s));
@@ -271,6 +280,8 @@ void EngineImpl::admit(std::unique_ptr<Request> r) {
     r->prompt_logprobs.assign(P, std::nullopt);
     r->prompt_logprobs_done = P <= 1;
   }
+  if (g.json_object && !json_masker_)  // validation guarantees a tokenizer
+    json_masker_ = std::make_unique<JsonMasker>(*tok_, vocab_, eos_ids_);
   for (auto& s : r->seqs)
     if (!share_prompt || s->choice == 0) sched_->add(s.get());
   prompt_tokens_total_ += P;
@@ -321,6 +332,9 @@ void EngineImpl::fail_request(Request* r, const std::string& message) {
 
 void EngineImpl::step() {
   StepPlan plan = sched_->schedule();
+  // The backend call can be long: what it runs counts as running, and what is left as waiting,
+  // for submit()'s queue bound and /metrics while it does.
+  publish_stats();
   if (plan.empty()) {
     // Nothing runs although work is queued: the queue head can never fit (submit checks this,
     // so this is a safety net against a livelock, not an expected path).
@@ -350,6 +364,10 @@ void EngineImpl::step() {
     st.sampling.prompt_tokens = r->req.prompt;
     st.sampling.output_tokens = s->output_tokens;
     st.sampling.draw_index = s->output_tokens.size();
+    if (s->json && sc.sample) {
+      json_masker_->allowed(*s->json, s->allowed);
+      st.sampling.allowed = s->allowed;
+    }
     batch.seqs.push_back(st);
   }
 
@@ -432,6 +450,12 @@ void EngineImpl::on_sampled(Sequence* s, const SampledToken& tok, Clock::time_po
   const bool is_eos = !g.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
   const bool is_stop_token = std::find(g.stop_token_ids.begin(), g.stop_token_ids.end(), id) != g.stop_token_ids.end();
   FinishReason finish = FinishReason::None;
+  if (s->json && !is_eos && !s->json->feed(json_masker_->token_bytes(id))) {
+    // Only a backend that ignored the mask gets here: end the choice rather than emit non-JSON.
+    ev.error = "JSON mode: token " + std::to_string(id) + " does not continue a JSON object";
+    finish_seq(s, SeqState::Failed, FinishReason::Error, std::move(ev));
+    return;
+  }
   if (may_stop && (is_eos || is_stop_token)) {
     // The stop token itself is not part of the text (vLLM), only of the token ids.
     finish = FinishReason::Stop;
@@ -441,6 +465,7 @@ void EngineImpl::on_sampled(Sequence* s, const SampledToken& tok, Clock::time_po
     ev.text = s->stop.push(s->decoder->push(id));
     if (s->stop.matched()) finish = FinishReason::Stop;
   }
+  if (finish == FinishReason::None && s->json && s->json->done) finish = FinishReason::Stop;  // the object is closed
   if (finish == FinishReason::None &&
       (static_cast<int>(s->output_tokens.size()) >= g.max_tokens || static_cast<int>(s->tokens.size()) >= max_model_len_))
     finish = FinishReason::Length;
