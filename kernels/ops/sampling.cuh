@@ -96,9 +96,14 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
   // loads; every other mode needs the contiguous per-thread ranges (id-order prefix sums) and a
   // working copy.
   const bool plain_greedy = r.temperature < 1e-5f && r.repetition == 1.0f && r.presence == 0.0f && r.frequency == 0.0f &&
-                            r.bias_len == 0;
+                            r.bias_len == 0 && r.mask_off < 0;
   if (!plain_greedy)
     for (int i = i0; i < i1; ++i) w[i] = raw[i];
+  if (r.mask_off >= 0) {  // guided decoding: tokens outside the grammar at -inf (same thread's range)
+    const int32_t* mask = p.tokens + r.mask_off;
+    for (int i = i0; i < i1; ++i)
+      if (!(static_cast<uint32_t>(mask[i >> 5]) >> (i & 31) & 1u)) w[i] = -INFINITY;
+  }
   __syncthreads();
   // Bias ids are unique (the server refuses duplicates), so the adds cannot race.
   for (int j = threadIdx.x; j < r.bias_len; j += blockDim.x) {

@@ -20,6 +20,7 @@ struct SampleRow {
   int logits_row = 0;
   int prompt_off = 0, prompt_len = 0, output_off = 0, output_len = 0;  // into `tokens`
   int bias_off = 0, bias_len = 0;  // into `tokens`: bias_len pairs (id, bias as float bits)
+  int mask_off = -1;               // into `tokens`: (vocab + 31) / 32 allowed-token bitmask words, or none
 };
 
 struct SampleResult {

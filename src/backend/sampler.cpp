@@ -53,6 +53,10 @@ SampledToken sample_token(std::span<const float> raw, const SamplingState& state
   std::vector<float> logits(raw.begin(), raw.end());
   for (auto [t, b] : p.logit_bias)
     if (t >= 0 && t < V) logits[t] += b;
+  if (!state.allowed.empty())
+    for (int i = 0; i < V; ++i)
+      if (size_t(i / 32) >= state.allowed.size() || !(state.allowed[size_t(i / 32)] >> (i % 32) & 1u))
+        logits[i] = -INFINITY;
 
   // Penalties (vLLM apply_penalties): repetition over prompt and output, presence and
   // frequency over output only.

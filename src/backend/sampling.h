@@ -29,6 +29,9 @@ struct SamplingState {
   std::span<const int32_t> prompt_tokens;  // repetition penalty covers prompt and output (vLLM)
   std::span<const int32_t> output_tokens;  // presence/frequency penalties cover output only
   uint64_t draw_index = 0;                 // = number of tokens this sequence sampled before
+  // Guided decoding (JSON mode): bit id % 32 of word id / 32 set = the token may be sampled;
+  // the others are at -inf before anything else. Empty: every token may.
+  std::span<const uint32_t> allowed;
 };
 
 struct SampledToken {

@@ -25,6 +25,7 @@ struct GenerationRequest {
   SamplingParams sampling;
   int max_tokens = 16;                     // new tokens per choice
   int min_tokens = 0;                      // EOS and stop tokens banned, stop strings unchecked, before this many
+  bool json_object = false;                // JSON mode: the output is constrained to one JSON object
   int n = 1;                               // choices sharing the prompt's KV
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;

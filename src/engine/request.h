@@ -34,6 +34,7 @@
 
 #include "backend/sampling.h"
 #include "engine/engine.h"
+#include "engine/json_grammar.h"
 #include "engine/stop_checker.h"
 #include "tokenizer/tokenizer.h"
 
@@ -64,6 +65,8 @@ struct Sequence {
 
   SamplingParams sampling;              // per choice: the seed is derived from the choice index
   SamplingParams sampling_min;          // the same with EOS and stop tokens banned, until min_tokens
+  std::optional<JsonState> json;        // JSON mode: the grammar's state after the output so far
+  std::vector<uint32_t> allowed;        // JSON mode: this step's allowed-token mask
   std::optional<IncrementalDecoder> decoder;
   StopChecker stop;
   FinishReason finish = FinishReason::None;

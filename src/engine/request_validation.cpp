@@ -67,6 +67,8 @@ void validate_request(const GenerationRequest& req, const RequestLimits& lim) {
                   std::to_string(lim.vocab_size) + ")");
   for (const auto& s : req.stop)
     if (s.empty()) throw Error("stop: stop strings must not be empty");
+  if (req.json_object && !lim.has_tokenizer)
+    throw Error("response_format: JSON mode needs the model's tokenizer to know each token's bytes");
   if (!req.stop.empty() && !lim.has_tokenizer)
     throw Error("stop: stop strings need a tokenizer to match text, and this model has none; use stop_token_ids");
 }

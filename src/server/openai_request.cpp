@@ -101,12 +101,6 @@ int32_t checked_token_id(const json& v, const std::string& param, const ModelCon
 void reject_unsupported(const json& body) {
   if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
     bad("functions", "'functions' is OpenAI's deprecated form: use 'tools'");
-  if (const json* f = field(body, "response_format")) {
-    if (!f->is_object()) bad("response_format", "'response_format' must be an object");
-    auto t = f->find("type");
-    if (t == f->end() || !t->is_string() || *t != "text")
-      bad("response_format", "only response_format {\"type\": \"text\"} is supported");
-  }
   if (const json* f = field(body, "suffix"); f && !(f->is_string() && f->get<std::string>().empty()))
     bad("suffix", "'suffix' is not supported");
 }
@@ -221,6 +215,14 @@ void parse_common(const json& body, const ModelContext& ctx, ParsedRequest& r) {
   s.frequency_penalty = float(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
   s.repetition_penalty = float(get_number(body, "repetition_penalty", 1.0, 0.0, 10.0, true));
   parse_logit_bias(body, s, ctx);
+  if (const json* f = field(body, "response_format")) {
+    if (!f->is_object()) bad("response_format", "'response_format' must be an object");
+    auto t = f->find("type");
+    if (t == f->end() || !t->is_string() || (*t != "text" && *t != "json_object"))
+      bad("response_format", "response_format type must be \"text\" or \"json_object\" (json_schema needs a "
+                             "schema compiler this server does not have)");
+    g.json_object = *t == "json_object";
+  }
   g.min_tokens = int(get_int(body, "min_tokens", 0, std::numeric_limits<int32_t>::max()).value_or(0));
   if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(),
                           std::numeric_limits<int64_t>::max())) {
@@ -422,7 +424,7 @@ ParsedRequest parse_completion_request(const json& body, const ModelContext& ctx
   r.kind = ApiKind::Completion;
   parse_common(body, ctx, r);
   for (const char* chat_only : {"tools", "tool_choice"})
-    if (const json* f = field(body, chat_only))
+    if (field(body, chat_only))
       bad(chat_only, std::string("'") + chat_only + "' is for /v1/chat/completions");
   set_max_tokens(body, "max_tokens", r);
   if (const json* f = field(body, "logprobs")) {

@@ -295,6 +295,13 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
   add([](auto& p) { p.temperature = 0; p.logprobs = 2; p.logit_bias = {{7, 30.f}, {4998, -5.f}}; });
   add([](auto& p) { p.temperature = 0.9f; p.seed = 8; p.logit_bias = {{17, -100.f}, {42, -100.f}, {400, -100.f}}; });
   add([](auto& p) { p.temperature = 0; p.repetition_penalty = 1.5f; p.logit_bias = {{17, 1.5f}, {42, 0.25f}}; });
+  // Guided decoding: the last two parameter sets also get an allowed-token mask (ids = 3 mod 7,
+  // which excludes the boosted 17, 42 and 400).
+  const size_t first_masked = ps.size();
+  add([](auto& p) { p.temperature = 0; p.logprobs = 3; });
+  add([](auto& p) { p.temperature = 0.8f; p.top_p = 0.9f; p.seed = 9; p.logit_bias = {{10, 5.f}}; });
+  std::vector<uint32_t> mask((V + 31) / 32, 0u);
+  for (int id = 3; id < V; id += 7) mask[id / 32] |= 1u << (id % 32);
   Rand rng(11);
   const int R = int(ps.size()) * 4;  // each parameter set with four draws
   std::vector<float> logits(size_t(R) * V);
@@ -314,6 +321,7 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
     states[r].prompt_tokens = prompt;
     states[r].output_tokens = output;
     states[r].draw_index = uint64_t(r / ps.size()) * 13;
+    if (r % ps.size() >= first_masked) states[r].allowed = mask;
     rs::cuda::SampleRow& row = rows[r];
     row.temperature = p.temperature;
     row.top_p = p.top_p;
@@ -329,6 +337,10 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
     row.prompt_len = int(prompt.size());
     row.output_off = int(prompt.size());
     row.output_len = int(output.size());
+    if (!states[r].allowed.empty()) {
+      row.mask_off = int(pool.size());
+      for (uint32_t w : mask) pool.push_back(int32_t(w));
+    }
     row.bias_off = int(pool.size());
     row.bias_len = int(p.logit_bias.size());
     for (auto [t, b] : p.logit_bias) {
@@ -362,6 +374,7 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
     rs::SampledToken ref = rs::sample_token(std::span<const float>(&logits[size_t(r) * V], V), states[r]);
     INFO("row " << r << " params " << r % ps.size());
     CHECK(got[r].id == ref.id);
+    if (!states[r].allowed.empty()) CHECK(ref.id % 7 == 3);
     CHECK(std::fabs(got[r].logprob - ref.logprob) < 1e-3);
     const int ntop = std::max(0, ps[r % ps.size()].logprobs);
     REQUIRE(ref.top.size() == size_t(ntop));

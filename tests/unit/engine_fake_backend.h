@@ -120,7 +120,13 @@ class FakeBackend : public Backend {
             if (b == id && v == -INFINITY) return true;
           return false;
         };
-        for (int tries = 0; banned(t.id) && tries < spec_.vocab_size; ++tries) t.id = (t.id + 1) % spec_.vocab_size;
+        // Guided decoding the same way: the next allowed id up.
+        auto masked = [&](int32_t id) {
+          const auto& m = s.sampling.allowed;
+          return !m.empty() && !(m[size_t(id) / 32] >> (id % 32) & 1u);
+        };
+        for (int tries = 0; (banned(t.id) || masked(t.id)) && tries < spec_.vocab_size; ++tries)
+          t.id = (t.id + 1) % spec_.vocab_size;
         t.logprob = -0.5f;
         for (int j = 0; j < s.sampling.params->logprobs; ++j) t.top.emplace_back(j, -1.0f - j);
         out[k].token = t;

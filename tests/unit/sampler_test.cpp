@@ -152,6 +152,26 @@ TEST_CASE("logit_bias moves the choice before penalties; logprobs stay raw") {
   }
 }
 
+TEST_CASE("an allowed-token mask confines every mode of sampling; logprobs stay raw") {
+  std::vector<float> l = logits5();  // argmax 1
+  std::vector<uint32_t> mask = {(1u << 0) | (1u << 3)};
+  rs::SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 0;
+  rs::SamplingState s;
+  s.params = &p;
+  s.allowed = mask;
+  rs::SampledToken t = rs::sample_token(l, s);
+  CHECK(t.id == 0);
+  CHECK(t.logprob == doctest::Approx(std::log(softmax(l)[0])).epsilon(1e-5));
+  p.temperature = 1.5f;
+  for (uint64_t i = 0; i < 200; ++i) {
+    s.draw_index = i;
+    const int id = rs::sample_token(l, s).id;
+    CHECK((id == 0 || id == 3));
+  }
+}
+
 TEST_CASE("logprobs are log-softmax of the raw logits, with the top n") {
   rs::SamplingParams p;
   p.temperature = 0.5f;  // must not affect logprobs

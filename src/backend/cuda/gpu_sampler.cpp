@@ -64,6 +64,11 @@ void GpuSampler::enqueue(const float* logits, const std::vector<Request>& reqs, 
       r.output_len = static_cast<int>(st.output_tokens.size());
       pool.insert(pool.end(), st.output_tokens.begin(), st.output_tokens.end());
     }
+    if (!st.allowed.empty()) {
+      r.mask_off = static_cast<int>(pool.size());
+      const size_t words = (size_t(vocab_) + 31) / 32;
+      for (size_t w = 0; w < words; ++w) pool.push_back(w < st.allowed.size() ? static_cast<int32_t>(st.allowed[w]) : 0);
+    }
     if (!p.logit_bias.empty()) {
       r.bias_off = static_cast<int>(pool.size());
       r.bias_len = static_cast<int>(p.logit_bias.size());

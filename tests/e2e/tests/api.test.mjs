@@ -174,6 +174,25 @@ test('tools are accepted with the official client; a reply without calls is plai
   assert.equal(r2.choices.length, 1);
 });
 
+test('response_format json_object: the output is JSON; pushed towards "}", it is exactly {}', async () => {
+  const close = (await postRaw('/tokenize', { prompt: '}', add_special_tokens: false })).json().tokens;
+  assert.equal(close.length, 1);
+  const r = await c.chat.completions.create({
+    model: MODEL, messages: chatMsg('Reply in JSON'), max_tokens: 20, temperature: 0,
+    response_format: { type: 'json_object' }, logit_bias: { [close[0]]: 100 },
+  });
+  assert.deepEqual(JSON.parse(r.choices[0].message.content), {});  // whitespace tokens may come between
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  // Free sampling from random weights: whatever comes is an object or the start of one.
+  const s = await drainChat(await c.chat.completions.create({
+    model: MODEL, messages: chatMsg('Reply in JSON'), max_tokens: 12, temperature: 1, seed: 5, stream: true,
+    response_format: { type: 'json_object' },
+  }));
+  assert.match(s.text, /^\s*\{/);
+  if (s.finish === 'stop') assert.equal(typeof JSON.parse(s.text), 'object');
+  else assert.equal(s.finish, 'length');
+});
+
 test('n = 2 returns two choices; with a seed they are reproducible', async () => {
   const req = { model: MODEL, prompt: 'Numbers:', max_tokens: 5, temperature: 1, seed: 7, n: 2, ignore_eos: true };
   const a = await c.completions.create(req);

@@ -1,0 +1,52 @@
+#pragma once
+// JSON mode (response_format {"type": "json_object"}): the output is constrained, byte by byte,
+// to one JSON object. JsonState is a pushdown automaton over bytes small enough to copy freely
+// (the container stack is a 64-bit mask), so the allowed-token mask of a step is a depth-first
+// walk over a byte trie of the vocabulary that copies the state at every node and prunes a
+// subtree at the first byte the grammar rejects.
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace rs {
+
+class Tokenizer;
+
+struct JsonState {
+  uint64_t objects = 0;   // bit d set: the container at depth d is an object (else an array)
+  uint8_t depth = 0;      // open containers
+  uint8_t mode = 0;       // what the grammar expects next (json_grammar.cpp)
+  uint8_t sub = 0;        // inside a token: escape / \u digit count / number phase / literal position
+  uint8_t literal = 0;    // which of true, false, null
+  uint8_t spaces = 0;     // consecutive whitespace, capped so a model cannot pad forever
+  bool in_key = false;    // the string being read is an object key
+  bool done = false;      // the top-level object is closed: only EOS may follow
+  bool failed = false;
+
+  // Feeds one byte; false (and failed) when the byte cannot continue a JSON object.
+  bool step(uint8_t c);
+  bool feed(std::string_view bytes);
+};
+
+constexpr int kJsonMaxDepth = 64;
+
+// The allowed-token bitmask of a state over one tokenizer's vocabulary (ids below vocab_size).
+// Special tokens are never allowed; EOS only once the object is complete, and then nothing else.
+class JsonMasker {
+ public:
+  JsonMasker(const Tokenizer& tok, int vocab_size, std::vector<int32_t> eos_ids);
+  ~JsonMasker();
+  int words() const { return (vocab_ + 31) / 32; }
+  // mask[id / 32] bit id % 32 set: the token may come next. Returns how many are allowed.
+  int allowed(const JsonState& s, std::vector<uint32_t>& mask) const;
+  std::string_view token_bytes(int32_t id) const;
+
+ private:
+  struct Trie;
+  int vocab_;
+  std::vector<int32_t> eos_;
+  std::unique_ptr<Trie> trie_;
+};
+
+}  // namespace rs
