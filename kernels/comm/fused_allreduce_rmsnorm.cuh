@@ -21,12 +21,13 @@ struct FusedGammaWholeRow {
   uint4 v[kFusedMaxVecsPerThread];
 };
 
-template <class E>
+// Only the kVecs vectors a thread will use: the others would hold registers for nothing.
+template <class E, int kVecs = kFusedMaxVecsPerThread>
 __device__ __forceinline__ FusedGammaWholeRow fused_load_gamma_whole_row(const FusedArNormParams& p) {
   FusedGammaWholeRow g;
   const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
 #pragma unroll
-  for (int j = 0; j < kFusedMaxVecsPerThread; ++j) {
+  for (int j = 0; j < kVecs; ++j) {
     const uint32_t v = threadIdx.x + j * blockDim.x;
     g.v[j] = v < row_vecs ? reinterpret_cast<const uint4*>(p.gamma)[v] : make_uint4(0, 0, 0, 0);
   }
