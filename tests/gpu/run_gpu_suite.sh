@@ -120,6 +120,23 @@ bench decode_b1_ctx1k_fp8   --phase decode --batch 1 --context 1024 --quantizati
 bench decode_b64_ctx2k_bf16 --phase decode --batch 64 --context 2048 --iters $ITERS
 bench prefill_8k_bf16       --phase prefill --batch 1 --context 8192 --iters 5 --warmup 1
 
+echo "== bench mla-prefill (attention kernel alone)"
+CUDA_VISIBLE_DEVICES=0 timeout 120 "$RS" bench mla-prefill --iters 20 > "$OUTDIR/mla_prefill.log" 2>&1
+tail -8 "$OUTDIR/mla_prefill.log"
+ROWS+=("mla-prefill kernel 8K|$(grep -E '^\s*8K|8192' "$OUTDIR/mla_prefill.log" | head -1 | tr -s ' ')")
+
+# The comm layer's fused AR+residual+RMSNorm variants side by side with the plain one-shot
+# (7168 bf16 = 14K), when two GPUs are visible.
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  for v in auto whole-row whole-row-wide; do
+    echo "== bench allreduce --tp 2 --sizes 14K --fused-variant $v"
+    CUDA_VISIBLE_DEVICES=0,1 timeout 60 "$RS" bench allreduce --tp 2 --dtype bf16 --reps 31 --sizes 1K,14K,28K \
+      --fused-variant $v $([ $v = auto ] || echo --no-nccl) > "$OUTDIR/allreduce_$v.log" 2>&1
+    cat "$OUTDIR/allreduce_$v.log" | tail -12
+    ROWS+=("allreduce 14K fused $v|$(grep -E '^\s*14K' "$OUTDIR/allreduce_$v.log" | head -1 | tr -s ' ')")
+  done
+fi
+
 # Online serving at V2-Lite shapes (random weights, config-only directory): one client at a time
 # (interactive latency) and 64 concurrent clients (throughput), 1024-token prompts, 128 out.
 echo "== bench serve: V2-Lite dummy weights on the GPU"
