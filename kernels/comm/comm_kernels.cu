@@ -35,10 +35,8 @@ __global__ void __launch_bounds__(kCommMaxThreads) two_shot_kernel(const __grid_
   lamport_end(p.ws, buffer, two_shot_chunk_vecs(p.count, E::kLanes, p.ws.nranks));
 }
 
-// kMaxThreads 1024 (one vector a thread, up to 1024-vector rows): each thread then waits for a
-// single vector, where at 512 threads a 7168-wide bf16 row needs two per thread.
-template <ElemType kType, int kVecs, int kMaxThreads = kCommMaxThreads>
-__global__ void __launch_bounds__(kMaxThreads) fused_allreduce_rmsnorm_whole_row_kernel(const __grid_constant__ FusedArNormParams p) {
+template <ElemType kType, int kVecs>
+__global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_whole_row_kernel(const __grid_constant__ FusedArNormParams p) {
   using E = Elem<kType>;
   __shared__ uint32_t s_buffer;
   const FusedGammaWholeRow gamma = fused_load_gamma_whole_row<E, kVecs>(p);  // prologue: weights only
@@ -92,12 +90,6 @@ cudaError_t launch_fused_allreduce_rmsnorm_whole_row(const FusedArNormParams& p,
   const uint32_t per_thread = (row_vecs + s.threads - 1) / s.threads;
   void (*k)(const FusedArNormParams);
   const bool bf16 = p.type == ElemType::bf16;
-  if (s.threads > kCommMaxThreads) {  // the one-vector-a-thread instance
-    if (per_thread != 1 || s.threads > kFusedWideThreads) return cudaErrorInvalidConfiguration;
-    k = bf16 ? &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 1, kFusedWideThreads>
-             : &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 1, kFusedWideThreads>;
-    return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
-  }
   switch (per_thread) {
     case 1: k = bf16 ? &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 1> : &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 1>; break;
     case 2: k = bf16 ? &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 2> : &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 2>; break;
@@ -135,8 +127,6 @@ cudaError_t preload_comm_kernels() {
       reinterpret_cast<const void*>(&lamport_oneshot_kernel<ElemType::fp32>),
       reinterpret_cast<const void*>(&two_shot_kernel<ElemType::bf16>),
       reinterpret_cast<const void*>(&two_shot_kernel<ElemType::fp32>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 1, kFusedWideThreads>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 1, kFusedWideThreads>),
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_cluster_kernel<ElemType::bf16, 1>),
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_cluster_kernel<ElemType::bf16, 2>),
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_cluster_kernel<ElemType::bf16, 4>),

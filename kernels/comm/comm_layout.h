@@ -70,7 +70,6 @@ struct TwoShotParams {
 // vectors of its chunk in registers.
 constexpr int kFusedMaxVecsPerThread = 4;  // hidden <= 4 * 512 * lanes (16384 bf16, 8192 fp32)
 constexpr int kFusedMaxThreads = 512;
-constexpr int kFusedWideThreads = 1024;     // whole-row-wide: one vector a thread
 constexpr int kFusedMaxCluster = 8;        // portable thread block cluster size
 
 // residual_out = residual + all_reduce(x);  normed = rmsnorm(residual_out) * gamma.

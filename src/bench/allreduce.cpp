@@ -139,9 +139,8 @@ void run(const AllReduceCliOptions& o) {
   cfg.fused_span = o.fused_span;
   if (o.fused_variant == "auto") cfg.fused_variant = parallel::FusedVariant::automatic;
   else if (o.fused_variant == "whole-row") cfg.fused_variant = parallel::FusedVariant::whole_row;
-  else if (o.fused_variant == "whole-row-wide") cfg.fused_variant = parallel::FusedVariant::whole_row_wide;
   else if (o.fused_variant == "cluster") cfg.fused_variant = parallel::FusedVariant::cluster;
-  else throw Error("--fused-variant " + o.fused_variant + ": expected auto, whole-row, whole-row-wide or cluster");
+  else throw Error("--fused-variant " + o.fused_variant + ": expected auto, whole-row or cluster");
   if (!o.oneshot_max.empty()) cfg.dispatch.oneshot_max_bytes = parse_size(o.oneshot_max);
   if (!o.two_shot_max.empty()) cfg.dispatch.two_shot_max_bytes = parse_size(o.two_shot_max);
   ArBenchOptions bopt;
@@ -205,7 +204,7 @@ void add_allreduce(CLI::App& bench) {
   cmd->add_option("--fused-threads", opts->fused_threads, "fused cluster kernel: least vectors per row chunk (multiple of 32, 32..512)");
   cmd->add_option("--fused-span", opts->fused_span, "fused cluster kernel: CTAs per row (0: chosen from rows and grid)");
   cmd->add_option("--fused-variant", opts->fused_variant,
-                  "fused kernel: auto (whole-row up to 1024 vectors a row, else cluster), whole-row, whole-row-wide (one vector a thread), cluster");
+                  "fused kernel: auto (whole-row up to 1024 vectors a row, else cluster), whole-row, cluster");
   cmd->add_flag("--hang-selftest", opts->hang_selftest,
                 "run rank 0 of 2 alone: the bounded spin-wait must print its diagnostic and trap");
   cmd->callback([opts] { run(*opts); });

@@ -50,7 +50,6 @@ const char* fused_variant_name(FusedVariant v) {
   switch (v) {
     case FusedVariant::automatic: return "auto";
     case FusedVariant::whole_row: return "whole-row";
-    case FusedVariant::whole_row_wide: return "whole-row-wide";
     case FusedVariant::cluster: return "cluster";
   }
   return "?";
@@ -196,12 +195,7 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
   const uint32_t ctas = static_cast<uint32_t>(ws.ctas());
   int threads = 0, per_thread = 0, cluster = 0;
   uint32_t chunk_vecs = row_vecs;
-  if (variant == FusedVariant::whole_row_wide) {
-    if (row_vecs > static_cast<uint32_t>(comm::kFusedWideThreads))
-      throw Error("fused all-reduce+rmsnorm: whole-row-wide takes rows of up to " +
-                  std::to_string(comm::kFusedWideThreads) + " vectors, this one has " + std::to_string(row_vecs));
-    threads = static_cast<int>(round_up(row_vecs, 32));
-  } else if (variant == FusedVariant::whole_row) {
+  if (variant == FusedVariant::whole_row) {
     const uint32_t pt = (row_vecs + comm::kFusedMaxThreads - 1) / comm::kFusedMaxThreads;
     threads = static_cast<int>(round_up((row_vecs + pt - 1) / pt, 32));
   } else {
@@ -244,7 +238,7 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
     p.eps = a.eps;
     p.type = type;
     const comm::LaunchShape shape{ws.ctas(), threads, config_.pdl};
-    cuda_check(variant == FusedVariant::whole_row || variant == FusedVariant::whole_row_wide
+    cuda_check(variant == FusedVariant::whole_row
                    ? comm::launch_fused_allreduce_rmsnorm_whole_row(p, shape, stream)
                    : comm::launch_fused_allreduce_rmsnorm_cluster(p, shape, per_thread, cluster, stream),
                "fused all-reduce+rmsnorm launch on rank " + std::to_string(rank));

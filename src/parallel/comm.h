@@ -30,7 +30,7 @@ const char* algo_name(AllReduceAlgo a);
 // Which fused kernel: automatic picks whole_row (one CTA per row) for rows of up to 1024
 // 16-byte vectors (7168 bf16) and cluster (a row split over a thread block cluster, the sum of
 // squares combined through DSMEM) for wider rows, as measured (docs/perf/comm.md).
-enum class FusedVariant { automatic, whole_row, whole_row_wide, cluster };
+enum class FusedVariant { automatic, whole_row, cluster };
 const char* fused_variant_name(FusedVariant v);
 
 // Size thresholds, from `rackserve bench allreduce` on 2x H200 (docs/perf/comm.md).

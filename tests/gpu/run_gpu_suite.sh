@@ -128,7 +128,7 @@ ROWS+=("mla-prefill kernel 8K|$(grep -E '^\s*8K|8192' "$OUTDIR/mla_prefill.log" 
 # The comm layer's fused AR+residual+RMSNorm variants side by side with the plain one-shot
 # (7168 bf16 = 14K), when two GPUs are visible.
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-  for v in auto whole-row whole-row-wide; do
+  for v in auto whole-row; do
     echo "== bench allreduce --tp 2 --sizes 14K --fused-variant $v"
     CUDA_VISIBLE_DEVICES=0,1 timeout 60 "$RS" bench allreduce --tp 2 --dtype bf16 --reps 31 --sizes 1K,14K,28K \
       --fused-variant $v $([ $v = auto ] || echo --no-nccl) > "$OUTDIR/allreduce_$v.log" 2>&1
