@@ -33,6 +33,7 @@ struct AllReduceCliOptions {
   int fused_threads = 128;
   std::string fused_variant = "auto";
   int fused_span = 0;
+  int fused_max_ctas = 0;  // 0: the comm default
 };
 
 // "14K" -> 14336; K, M, G are binary; an optional trailing B.
@@ -137,6 +138,7 @@ void run(const AllReduceCliOptions& o) {
   cfg.enable_nccl = !o.no_nccl;
   cfg.fused_threads = o.fused_threads;
   cfg.fused_span = o.fused_span;
+  if (o.fused_max_ctas > 0) cfg.fused_max_ctas = o.fused_max_ctas;
   if (o.fused_variant == "auto") cfg.fused_variant = parallel::FusedVariant::automatic;
   else if (o.fused_variant == "whole-row") cfg.fused_variant = parallel::FusedVariant::whole_row;
   else if (o.fused_variant == "cluster") cfg.fused_variant = parallel::FusedVariant::cluster;
@@ -154,7 +156,8 @@ void run(const AllReduceCliOptions& o) {
   std::printf("rackserve bench allreduce  %s  %s  %s  pdl=%s  fused=%s  GPUs: %d x %s  nccl: %s\n",
               utc_now().c_str(), topo.describe().c_str(), o.dtype.c_str(), cfg.pdl ? "on" : "off",
               (std::string(parallel::fused_variant_name(cfg.fused_variant)) + "/" + std::to_string(cfg.fused_threads) +
-               (cfg.fused_span ? " span " + std::to_string(cfg.fused_span) : std::string())).c_str(),
+               (cfg.fused_span ? " span " + std::to_string(cfg.fused_span) : std::string()) + " ctas " +
+               std::to_string(cfg.fused_max_ctas)).c_str(),
               topo.num_devices(), prop.name, comm.nccl_status().c_str());
   const auto results = run_allreduce_bench(comm, bopt);
 
@@ -202,6 +205,7 @@ void add_allreduce(CLI::App& bench) {
   cmd->add_option("--oneshot-max", opts->oneshot_max, "dispatcher: largest one-shot message");
   cmd->add_option("--two-shot-max", opts->two_shot_max, "dispatcher: largest two-shot message (NCCL above)");
   cmd->add_option("--fused-threads", opts->fused_threads, "fused cluster kernel: least vectors per row chunk (multiple of 32, 32..512)");
+  cmd->add_option("--fused-max-ctas", opts->fused_max_ctas, "fused kernels: grid size cap (0: the default)");
   cmd->add_option("--fused-span", opts->fused_span, "fused cluster kernel: CTAs per row (0: chosen from rows and grid)");
   cmd->add_option("--fused-variant", opts->fused_variant,
                   "fused kernel: auto (whole-row up to 1024 vectors a row, else cluster), whole-row, cluster");
