@@ -25,26 +25,8 @@ namespace {
 const __nv_bfloat16* bf(const Dev<uint16_t>& d) { return reinterpret_cast<const __nv_bfloat16*>(d.ptr); }
 __nv_bfloat16* bf_mut(Dev<uint16_t>& d) { return reinterpret_cast<__nv_bfloat16*>(d.ptr); }
 
-struct RouterCase {
-  rs::ScoringFunc sf;
-  rs::TopkMethod tm;
-  int E, k, groups, topk_groups, hidden;
-  bool norm;
-  double scale;
-  bool v3;
-};
-
 void run_fused_router_case(const RouterCase& c, int n, uint64_t seed, bool with_norm = false) {
-  rs::ModelSpec s;
-  s.model_type = c.v3 ? rs::ModelType::DeepseekV3 : rs::ModelType::DeepseekV2;
-  s.n_routed_experts = c.E;
-  s.num_experts_per_tok = c.k;
-  s.scoring_func = c.sf;
-  s.topk_method = c.tm;
-  s.n_group = c.groups;
-  s.topk_group = c.topk_groups;
-  s.norm_topk_prob = c.norm;
-  s.routed_scaling_factor = c.scale;
+  rs::ModelSpec s = router_spec(c);
   Rand rng(seed);
   std::vector<float> xf, wf;
   auto xb = rng.bf16(size_t(n) * c.hidden, -1.f, 1.f, &xf);

@@ -115,63 +115,6 @@ TEST_CASE("mla decode: absorbed MQA over a paged latent cache equals host attent
   run_decode_case({16, 512, 64, 2, 64, {3000, 40}}, 6);  // the most splits; most of the second row's are empty
 }
 
-TEST_CASE("mla prefill: expanded causal flash attention with a cached prefix equals host attention") {
-  if (skip_without_gpu("mla prefill")) return;
-  struct C { int heads, nope, rope, v, T, start; };
-  for (C c : {C{4, 32, 16, 32, 70, 0}, C{4, 32, 16, 32, 29, 37}, C{2, 128, 64, 128, 100, 50}, C{2, 128, 64, 128, 1, 200}}) {
-    Rand rng(c.T * 131 + c.start);
-    const int L = c.start + c.T, dk = c.nope + c.rope;
-    std::vector<float> qf, kvf, pef;
-    auto qb = rng.bf16(size_t(c.T) * c.heads * dk, -1.f, 1.f, &qf);
-    auto kvb = rng.bf16(size_t(L) * c.heads * (c.nope + c.v), -1.f, 1.f, &kvf);
-    auto peb = rng.bf16(size_t(L) * c.rope, -1.f, 1.f, &pef);
-    Dev<uint16_t> dq(qb), dkv(kvb), dpe(peb), dout(size_t(c.T) * c.heads * c.v);
-    const float scale = 1.f / std::sqrt(float(dk));
-    cu::MlaPrefillParams p;
-    p.q = reinterpret_cast<const __nv_bfloat16*>(dq.ptr);
-    p.kv = reinterpret_cast<const __nv_bfloat16*>(dkv.ptr);
-    p.kpe = reinterpret_cast<const __nv_bfloat16*>(dpe.ptr);
-    p.out = reinterpret_cast<__nv_bfloat16*>(dout.ptr);
-    p.T = c.T;
-    p.start = c.start;
-    p.heads = c.heads;
-    p.nope = c.nope;
-    p.rope = c.rope;
-    p.vdim = c.v;
-    p.scale = scale;
-    cu::launch_mla_prefill(p, 0);
-    ok(cudaGetLastError(), "launch");
-    auto gb = dout.host();
-    std::vector<float> got(gb.size()), ref(gb.size());
-    for (size_t i = 0; i < gb.size(); ++i) got[i] = bf16_bits_to_float(gb[i]);
-    const int kvs = c.heads * (c.nope + c.v);
-    for (int i = 0; i < c.T; ++i)
-      for (int h = 0; h < c.heads; ++h) {
-        const float* qv = &qf[(size_t(i) * c.heads + h) * dk];
-        const int n = c.start + i + 1;
-        std::vector<double> s(n);
-        double mx = -1e300;
-        for (int j = 0; j < n; ++j) {
-          const float* k = &kvf[size_t(j) * kvs + h * (c.nope + c.v)];
-          double d = 0;
-          for (int e = 0; e < c.nope; ++e) d += double(qv[e]) * k[e];
-          for (int e = 0; e < c.rope; ++e) d += double(qv[c.nope + e]) * pef[size_t(j) * c.rope + e];
-          s[j] = d * scale;
-          mx = std::max(mx, s[j]);
-        }
-        double sum = 0;
-        for (auto& v : s) sum += v = std::exp(v - mx);
-        for (int e = 0; e < c.v; ++e) {
-          double o = 0;
-          for (int j = 0; j < n; ++j) o += s[j] * kvf[size_t(j) * kvs + h * (c.nope + c.v) + c.nope + e];
-          ref[(size_t(i) * c.heads + h) * c.v + e] = float(o / sum);
-        }
-      }
-    INFO("heads " << c.heads << " dk " << dk << " T " << c.T << " start " << c.start);
-    CHECK(rel_err(got, ref) < 2e-2);
-  }
-}
-
 TEST_CASE("rope: YaRN interleaved rotation on the GPU equals the host RopeTable (V2-Lite and V3 configs)") {
   if (skip_without_gpu("rope")) return;
   for (const char* cfg : {"model-shapes/deepseek-v2-lite/config.json", "model-shapes/deepseek-v3/config.json"}) {
@@ -212,24 +155,14 @@ TEST_CASE("rope: YaRN interleaved rotation on the GPU equals the host RopeTable 
 
 TEST_CASE("moe router: softmax/sigmoid x greedy/group_limited/noaux_tc select as the CPU routing does") {
   if (skip_without_gpu("moe router")) return;
-  struct C { rs::ScoringFunc sf; rs::TopkMethod tm; int E, k, groups, topk_groups; bool norm; double scale; bool v3; };
-  const C cases[] = {
-      {rs::ScoringFunc::Softmax, rs::TopkMethod::Greedy, 64, 6, 1, 1, false, 1.0, false},
-      {rs::ScoringFunc::Softmax, rs::TopkMethod::GroupLimitedGreedy, 160, 6, 8, 3, false, 16.0, false},
-      {rs::ScoringFunc::Sigmoid, rs::TopkMethod::NoauxTc, 256, 8, 8, 4, true, 2.5, true},
-      {rs::ScoringFunc::Sigmoid, rs::TopkMethod::NoauxTc, 16, 4, 4, 2, true, 2.5, true},
+  const RouterCase cases[] = {
+      {rs::ScoringFunc::Softmax, rs::TopkMethod::Greedy, 64, 6, 1, 1, 0, false, 1.0, false},
+      {rs::ScoringFunc::Softmax, rs::TopkMethod::GroupLimitedGreedy, 160, 6, 8, 3, 0, false, 16.0, false},
+      {rs::ScoringFunc::Sigmoid, rs::TopkMethod::NoauxTc, 256, 8, 8, 4, 0, true, 2.5, true},
+      {rs::ScoringFunc::Sigmoid, rs::TopkMethod::NoauxTc, 16, 4, 4, 2, 0, true, 2.5, true},
   };
-  for (const C& c : cases) {
-    rs::ModelSpec s;
-    s.model_type = c.v3 ? rs::ModelType::DeepseekV3 : rs::ModelType::DeepseekV2;
-    s.n_routed_experts = c.E;
-    s.num_experts_per_tok = c.k;
-    s.scoring_func = c.sf;
-    s.topk_method = c.tm;
-    s.n_group = c.groups;
-    s.topk_group = c.topk_groups;
-    s.norm_topk_prob = c.norm;
-    s.routed_scaling_factor = c.scale;
+  for (const RouterCase& c : cases) {
+    rs::ModelSpec s = router_spec(c);
     const int n = 40;
     Rand rng(c.E * 7 + c.k);
     std::vector<float> logits(size_t(n) * c.E), bias(c.E);

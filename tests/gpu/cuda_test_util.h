@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "model/model_spec.h"
 #include "model/numerics.h"
 
 namespace rs::cudatest {
@@ -32,6 +33,30 @@ inline void ok(cudaError_t e, const char* what) {
 inline float bf16_bits_to_float(uint16_t b) { return bf16_to_f32(b); }
 inline uint16_t float_to_bf16_bits(float f) { return f32_to_bf16(f); }
 inline float round_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
+
+// A router configuration of the GPU router tests, and the ModelSpec fields it sets.
+struct RouterCase {
+  ScoringFunc sf;
+  TopkMethod tm;
+  int E, k, groups, topk_groups, hidden;
+  bool norm;
+  double scale;
+  bool v3;
+};
+
+inline ModelSpec router_spec(const RouterCase& c) {
+  ModelSpec s;
+  s.model_type = c.v3 ? ModelType::DeepseekV3 : ModelType::DeepseekV2;
+  s.n_routed_experts = c.E;
+  s.num_experts_per_tok = c.k;
+  s.scoring_func = c.sf;
+  s.topk_method = c.tm;
+  s.n_group = c.groups;
+  s.topk_group = c.topk_groups;
+  s.norm_topk_prob = c.norm;
+  s.routed_scaling_factor = c.scale;
+  return s;
+}
 
 template <class T>
 struct Dev {

@@ -413,43 +413,31 @@ bool moe_can_fuse_shared(const MoeExperts& experts, int m) {
 
 namespace {
 
-// The decode-time expert kernels (expert_decode.cuh), and every call that folds in shared
-// experts. Returns false where they do not apply (no shared experts and m beyond them).
-bool moe_experts_decode(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
-                        const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
-                        const MoeWorkspace& ws, cudaStream_t stream) {
-  const int ns = experts.n_shared;
-  if (ns != 0 && !moe_can_fuse_shared(experts, m)) {
-    const std::string why = shared_unfusable_reason(experts);
-    throw Error("moe_experts: cannot fold " + std::to_string(ns) + " shared experts in at m=" + std::to_string(m) +
-                (why.empty() ? std::string(" (only up to ") + std::to_string(kExpertTcMaxTokens) + " tokens)" : ": " + why) +
-                "; run them with linear() (ask moe_can_fuse_shared first)");
-  }
-  const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
-  const bool small = kern::expert_decode() && m <= kern::expert_gemv_max_tokens();
-  const bool tc = expert_tc_gemv_for(experts, m, top_k);
-  if (!small && !tc && ns == 0) return false;
-  if (small) {
-    const size_t need = expert_gemv_bytes(m, top_k, experts.num_experts, experts.inter, ns);
-    if (ws.bytes < need)
-      throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
-                  std::to_string(need) + " needed for m=" + std::to_string(m));
-    kern::ExpertGemvParams p;
-    p.experts = experts;
-    p.x = x;
-    p.m = m;
-    p.top_k = top_k;
-    p.topk_ids = topk_ids;
-    p.topk_weights = topk_weights;
-    p.h = static_cast<__nv_bfloat16*>(ws.ptr);
-    p.out = out;
-    kern::launch_expert_decode_small(p, fp8, sm_count(), stream);
-    check_launch("moe_experts (decode gemv)");
-    return true;
-  }
-  const int bn = tc ? 16 : tile_tokens_for((int64_t(m) * (top_k + ns) + experts.num_experts + ns - 1) /
-                                           (experts.num_experts + ns));
-  const ExpertGemmLayout l(m, top_k, experts.num_experts, experts.hidden, experts.inter, bn, ns);
+// The few-token expert kernels' params over the workspace (h), after checking it is big enough.
+kern::ExpertGemvParams expert_gemv_params(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
+                                          const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
+                                          const MoeWorkspace& ws, int n_shared) {
+  const size_t need = expert_gemv_bytes(m, top_k, experts.num_experts, experts.inter, n_shared);
+  if (ws.bytes < need)
+    throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
+                std::to_string(need) + " needed for m=" + std::to_string(m));
+  kern::ExpertGemvParams p;
+  p.experts = experts;
+  p.x = x;
+  p.m = m;
+  p.top_k = top_k;
+  p.topk_ids = topk_ids;
+  p.topk_weights = topk_weights;
+  p.h = static_cast<__nv_bfloat16*>(ws.ptr);
+  p.out = out;
+  return p;
+}
+
+// The grouped (token-tile) expert kernels' params, their tables laid out in the workspace.
+kern::ExpertGemmParams expert_gemm_params(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
+                                          const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
+                                          const MoeWorkspace& ws, int bn, int n_shared) {
+  const ExpertGemmLayout l(m, top_k, experts.num_experts, experts.hidden, experts.inter, bn, n_shared);
   if (l.max_tiles > 65535)
     throw Error("moe_experts: m=" + std::to_string(m) + " needs " + std::to_string(l.max_tiles) +
                 " token tiles, above the grid limit of 65535; split the batch");
@@ -475,6 +463,34 @@ bool moe_experts_decode(const MoeExperts& experts, const __nv_bfloat16* x, int m
   p.h = reinterpret_cast<__nv_bfloat16*>(base + l.h);
   p.y = reinterpret_cast<__nv_bfloat16*>(base + l.y);
   p.out = out;
+  return p;
+}
+
+// The decode-time expert kernels (expert_decode.cuh), and every call that folds in shared
+// experts. Returns false where they do not apply (no shared experts and m beyond them).
+bool moe_experts_decode(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
+                        const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
+                        const MoeWorkspace& ws, cudaStream_t stream) {
+  const int ns = experts.n_shared;
+  if (ns != 0 && !moe_can_fuse_shared(experts, m)) {
+    const std::string why = shared_unfusable_reason(experts);
+    throw Error("moe_experts: cannot fold " + std::to_string(ns) + " shared experts in at m=" + std::to_string(m) +
+                (why.empty() ? std::string(" (only up to ") + std::to_string(kExpertTcMaxTokens) + " tokens)" : ": " + why) +
+                "; run them with linear() (ask moe_can_fuse_shared first)");
+  }
+  const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
+  const bool small = kern::expert_decode() && m <= kern::expert_gemv_max_tokens();
+  const bool tc = expert_tc_gemv_for(experts, m, top_k);
+  if (!small && !tc && ns == 0) return false;
+  if (small) {
+    const kern::ExpertGemvParams p = expert_gemv_params(experts, x, m, top_k, topk_ids, topk_weights, out, ws, ns);
+    kern::launch_expert_decode_small(p, fp8, sm_count(), stream);
+    check_launch("moe_experts (decode gemv)");
+    return true;
+  }
+  const int bn = tc ? 16 : tile_tokens_for((int64_t(m) * (top_k + ns) + experts.num_experts + ns - 1) /
+                                           (experts.num_experts + ns));
+  const kern::ExpertGemmParams p = expert_gemm_params(experts, x, m, top_k, topk_ids, topk_weights, out, ws, bn, ns);
   if (tc) kern::launch_expert_decode_grouped(p, sm_count(), stream);
   else kern::launch_expert_gemm(p, fp8, stream);  // the mma.sync tile reads shared views too
   check_launch(tc ? "moe_experts (grouped tensor-core gemv)" : "moe_experts (grouped gemm, shared experts)");
@@ -497,50 +513,13 @@ void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int t
   if (moe_experts_cublaslt(experts, x, m, top_k, topk_ids, topk_weights, out, ws, stream)) return;
   const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
   if (m <= kern::expert_gemv_max_tokens()) {
-    const size_t need = expert_gemv_bytes(m, top_k, experts.num_experts, experts.inter);
-    if (ws.bytes < need)
-      throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
-                  std::to_string(need) + " needed for m=" + std::to_string(m));
-    kern::ExpertGemvParams p;
-    p.experts = experts;
-    p.x = x;
-    p.m = m;
-    p.top_k = top_k;
-    p.topk_ids = topk_ids;
-    p.topk_weights = topk_weights;
-    p.h = static_cast<__nv_bfloat16*>(ws.ptr);
-    p.out = out;
+    const kern::ExpertGemvParams p = expert_gemv_params(experts, x, m, top_k, topk_ids, topk_weights, out, ws, 0);
     kern::launch_expert_gemv(p, fp8, sm_count(), stream);
     check_launch("moe_experts (gemv)");
     return;
   }
   const int bn = tile_tokens_for((int64_t(m) * top_k + experts.num_experts - 1) / experts.num_experts);
-  const ExpertGemmLayout l(m, top_k, experts.num_experts, experts.hidden, experts.inter, bn);
-  if (l.max_tiles > 65535)
-    throw Error("moe_experts: m=" + std::to_string(m) + " needs " + std::to_string(l.max_tiles) +
-                " token tiles, above the grid limit of 65535; split the batch");
-  if (ws.bytes < l.bytes)
-    throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
-                std::to_string(l.bytes) + " needed for m=" + std::to_string(m));
-  auto* base = static_cast<uint8_t*>(ws.ptr);
-  kern::ExpertGemmParams p;
-  p.experts = experts;
-  p.x = x;
-  p.m = m;
-  p.top_k = top_k;
-  p.topk_ids = topk_ids;
-  p.topk_weights = topk_weights;
-  p.tile_tokens = bn;
-  p.max_tiles = l.max_tiles;
-  p.pair_token = reinterpret_cast<int*>(base + l.pair_token);
-  p.pair_of = reinterpret_cast<int*>(base + l.pair_of);
-  p.tile_expert = reinterpret_cast<int*>(base + l.tile_expert);
-  p.tile_p0 = reinterpret_cast<int*>(base + l.tile_p0);
-  p.tile_n = reinterpret_cast<int*>(base + l.tile_n);
-  p.n_tiles = reinterpret_cast<int*>(base + l.n_tiles);
-  p.h = reinterpret_cast<__nv_bfloat16*>(base + l.h);
-  p.y = reinterpret_cast<__nv_bfloat16*>(base + l.y);
-  p.out = out;
+  const kern::ExpertGemmParams p = expert_gemm_params(experts, x, m, top_k, topk_ids, topk_weights, out, ws, bn, 0);
   kern::launch_expert_gemm(p, fp8, stream);
   check_launch("moe_experts (grouped gemm)");
 }
