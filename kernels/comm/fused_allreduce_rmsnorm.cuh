@@ -46,23 +46,14 @@ __device__ __forceinline__ float fused_block_sum(float x, float* scratch /* 32 f
   return total;
 }
 
-// Each thread owns kVecs vectors of every row (vector c = threadIdx.x + j * blockDim.x). All
-// polls of a row, for every owned vector and a batch of slots, are issued before the first
-// wait, so one link latency covers them all; the additions stay in rank order per element.
-template <class E, int kVecs>
-__device__ void fused_allreduce_rmsnorm_whole_row_op(const FusedArNormParams& p, const FusedGammaWholeRow& gamma,
-                                           uint32_t buffer, int cta, int ctas) {
-  // Slots polled at once per vector: kVecs x kBatch polls in flight; 4 in all keeps the 2-vector
-  // bf16 instance (hidden 7168) free of spills.
-  constexpr int kBatch = 4 / kVecs > 0 ? 4 / kVecs : 1;
-  __shared__ float scratch[32];
+// Step 1 of both ops: push this rank's partials into slot `rank` of every peer. Pushing depends
+// on nothing, so every CTA pushes an equal contiguous slice of the whole message, whoever reduces
+// those rows: one row's 14 KB then leaves through 32 SMs instead of one.
+template <class E>
+__device__ __forceinline__ void fused_push(const FusedArNormParams& p, uint32_t buffer, uint32_t row_vecs, int cta,
+                                           int ctas) {
   const LamportView& ws = p.ws;
-  const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
   const auto* x = reinterpret_cast<const uint4*>(p.x);
-
-  // 1. Push this rank's partials into slot `rank` of every peer. Pushing depends on nothing, so
-  // every CTA pushes an equal contiguous slice of the whole message, whoever reduces those rows:
-  // one row's 14 KB then leaves through 32 SMs instead of one.
   const uint64_t total = static_cast<uint64_t>(p.rows) * row_vecs;
   const uint64_t slice = (total + ctas - 1) / ctas;
   const uint64_t slice_end = min(total, static_cast<uint64_t>(cta + 1) * slice);
@@ -73,86 +64,120 @@ __device__ void fused_allreduce_rmsnorm_whole_row_op(const FusedArNormParams& p,
       if (peer != ws.rank) st_volatile(ws.region(peer, buffer, ws.rank) + v, own);
     }
   }
+}
 
-  rearm_previous<E>(ws, buffer, cta, ctas);
+// Step 2's reduction for one row: this thread's vectors are row_base + col0 + j * blockDim.x
+// where mine[j]. All polls of the row, for every owned vector and a batch of slots, are issued
+// before the first wait, so one link latency covers them all; the additions stay in rank order
+// per element, then the residual is added and rounded (h, also written to residual_out). Returns
+// this thread's sum of squares of the rounded values.
+template <class E, int kVecs>
+__device__ __forceinline__ float fused_reduce_row(const FusedArNormParams& p, uint32_t buffer, uint64_t row_base,
+                                                  uint32_t col0, const bool (&mine)[kVecs], uint4 (&h)[kVecs]) {
+  // Slots polled at once per vector: kVecs x kBatch polls in flight; 4 in all keeps the 2-vector
+  // bf16 instance (hidden 7168) free of spills.
+  constexpr int kBatch = 4 / kVecs > 0 ? 4 / kVecs : 1;
+  const LamportView& ws = p.ws;
+  const auto* x = reinterpret_cast<const uint4*>(p.x);
+  float acc[kVecs][E::kLanes];
+  uint4 own[kVecs], res[kVecs];  // loaded before the polls: their latency hides under the wait
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    if (mine[j]) {
+      const uint64_t v = row_base + col0 + j * blockDim.x;
+      own[j] = canonical<E>(x[v]);
+      res[j] = reinterpret_cast<const uint4*>(p.residual)[v];
+    }
+#pragma unroll
+    for (int l = 0; l < E::kLanes; ++l) acc[j][l] = 0.f;
+  }
+  for (int s0 = 0; s0 < ws.nranks; s0 += kBatch) {
+    uint4 polled[kVecs][kBatch];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const uint64_t v = row_base + col0 + j * blockDim.x;
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int s = s0 + i;
+        if (mine[j] && s < ws.nranks && s != ws.rank) polled[j][i] = ld_volatile(ws.region(ws.rank, buffer, s) + v);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      if (!mine[j]) continue;
+      const uint64_t v = row_base + col0 + j * blockDim.x;
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int s = s0 + i;
+        if (s >= ws.nranks) break;
+        const uint4 w = s == ws.rank
+                            ? own[j]
+                            : wait_ready<E>(ws.region(ws.rank, buffer, s) + v, polled[j][i], ws.timeout_ns,
+                                            WaitSite{"fused all-reduce+rmsnorm", ws.rank, buffer,
+                                                     static_cast<uint32_t>(s), v, &ws.state->reported});
+        float f[E::kLanes];
+        E::to_float(w, f);
+#pragma unroll
+        for (int l = 0; l < E::kLanes; ++l) acc[j][l] += f[l];
+      }
+    }
+  }
+  float sumsq = 0.f;
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    if (!mine[j]) continue;
+    const uint64_t v = row_base + col0 + j * blockDim.x;
+    float r[E::kLanes];
+    E::to_float(res[j], r);
+#pragma unroll
+    for (int l = 0; l < E::kLanes; ++l) acc[j][l] += r[l];
+    h[j] = E::from_float(acc[j]);
+    reinterpret_cast<uint4*>(p.residual_out)[v] = h[j];
+    float hf[E::kLanes];
+    E::to_float(h[j], hf);
+#pragma unroll
+    for (int l = 0; l < E::kLanes; ++l) sumsq += hf[l] * hf[l];
+  }
+  return sumsq;
+}
+
+// Step 2's norm: normed = h * scale * gamma for this thread's vectors.
+template <class E, int kVecs>
+__device__ __forceinline__ void fused_write_normed(const FusedArNormParams& p, const uint4* gamma, uint64_t row_base,
+                                                   uint32_t col0, const bool (&mine)[kVecs],
+                                                   const uint4 (&h)[kVecs], float scale) {
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    if (!mine[j]) continue;
+    float g[E::kLanes], o[E::kLanes];
+    E::to_float(gamma[j], g);
+    E::to_float(h[j], o);
+#pragma unroll
+    for (int l = 0; l < E::kLanes; ++l) o[l] = o[l] * scale * g[l];
+    reinterpret_cast<uint4*>(p.normed)[row_base + col0 + j * blockDim.x] = E::from_float(o);
+  }
+}
+
+// Each thread owns kVecs vectors of every row it takes (vector c = threadIdx.x + j * blockDim.x).
+template <class E, int kVecs>
+__device__ void fused_allreduce_rmsnorm_whole_row_op(const FusedArNormParams& p, const FusedGammaWholeRow& gamma,
+                                           uint32_t buffer, int cta, int ctas) {
+  __shared__ float scratch[32];
+  const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
+  fused_push<E>(p, buffer, row_vecs, cta, ctas);
+  rearm_previous<E>(p.ws, buffer, cta, ctas);
 
   // 2. Per row: reduce in rank order, add the residual, round, norm.
   for (uint32_t row = cta; row < p.rows; row += ctas) {
     const uint64_t row_base = static_cast<uint64_t>(row) * row_vecs;
     bool mine[kVecs];
-    float acc[kVecs][E::kLanes];
-    uint4 own[kVecs], res[kVecs];  // loaded before the polls: their latency hides under the wait
 #pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      mine[j] = threadIdx.x + j * blockDim.x < row_vecs;
-      if (mine[j]) {
-        const uint64_t v = row_base + threadIdx.x + j * blockDim.x;
-        own[j] = canonical<E>(x[v]);
-        res[j] = reinterpret_cast<const uint4*>(p.residual)[v];
-      }
-#pragma unroll
-      for (int l = 0; l < E::kLanes; ++l) acc[j][l] = 0.f;
-    }
-    for (int s0 = 0; s0 < ws.nranks; s0 += kBatch) {
-      uint4 polled[kVecs][kBatch];
-#pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-        const uint64_t v = row_base + threadIdx.x + j * blockDim.x;
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          const int s = s0 + i;
-          if (mine[j] && s < ws.nranks && s != ws.rank) polled[j][i] = ld_volatile(ws.region(ws.rank, buffer, s) + v);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-        if (!mine[j]) continue;
-        const uint64_t v = row_base + threadIdx.x + j * blockDim.x;
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          const int s = s0 + i;
-          if (s >= ws.nranks) break;
-          const uint4 w = s == ws.rank
-                              ? own[j]
-                              : wait_ready<E>(ws.region(ws.rank, buffer, s) + v, polled[j][i], ws.timeout_ns,
-                                              WaitSite{"fused all-reduce+rmsnorm", ws.rank, buffer,
-                                                       static_cast<uint32_t>(s), v, &ws.state->reported});
-          float f[E::kLanes];
-          E::to_float(w, f);
-#pragma unroll
-          for (int l = 0; l < E::kLanes; ++l) acc[j][l] += f[l];
-        }
-      }
-    }
+    for (int j = 0; j < kVecs; ++j) mine[j] = threadIdx.x + j * blockDim.x < row_vecs;
     uint4 h[kVecs];  // residual_out as rounded: what the norm reads
-    float sumsq = 0.f;
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      if (!mine[j]) continue;
-      const uint64_t v = row_base + threadIdx.x + j * blockDim.x;
-      float r[E::kLanes];
-      E::to_float(res[j], r);
-#pragma unroll
-      for (int l = 0; l < E::kLanes; ++l) acc[j][l] += r[l];
-      h[j] = E::from_float(acc[j]);
-      reinterpret_cast<uint4*>(p.residual_out)[v] = h[j];
-      float hf[E::kLanes];
-      E::to_float(h[j], hf);
-#pragma unroll
-      for (int l = 0; l < E::kLanes; ++l) sumsq += hf[l] * hf[l];
-    }
+    const float sumsq = fused_reduce_row<E, kVecs>(p, buffer, row_base, threadIdx.x, mine, h);
     const float total = fused_block_sum(sumsq, scratch);
     const float scale = rsqrtf(total / static_cast<float>(p.hidden) + p.eps);
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      if (!mine[j]) continue;
-      float g[E::kLanes], o[E::kLanes];
-      E::to_float(gamma.v[j], g);
-      E::to_float(h[j], o);
-#pragma unroll
-      for (int l = 0; l < E::kLanes; ++l) o[l] = o[l] * scale * g[l];
-      reinterpret_cast<uint4*>(p.normed)[row_base + threadIdx.x + j * blockDim.x] = E::from_float(o);
-    }
+    fused_write_normed<E, kVecs>(p, gamma.v, row_base, threadIdx.x, mine, h, scale);
   }
 }
 
@@ -214,31 +239,16 @@ __device__ __forceinline__ FusedGamma<kVecs> fused_load_gamma_cluster(const Fuse
 }
 
 // Each thread owns kVecs vectors of its CTA's chunk (column c = chunk * chunk_vecs + threadIdx.x
-// + j * blockDim.x). All polls of a chunk are issued before the first wait, so one link latency
-// covers them all; the additions stay in rank order per element. The push and the re-arm are
-// those of the whole-row op.
+// + j * blockDim.x). The push, the re-arm and the per-row reduction are those of the whole-row op.
 template <class E, int kVecs>
 __device__ void fused_allreduce_rmsnorm_cluster_op(const FusedArNormParams& p, const FusedGamma<kVecs>& gamma,
                                                    uint32_t buffer, int cta, int ctas) {
-  constexpr int kBatch = 4 / kVecs > 0 ? 4 / kVecs : 1;  // polls in flight per thread: 4 in all
   __shared__ float scratch[32];
   __shared__ float s_cluster_partial[2];  // by row parity: a row's slot is rewritten two rows later
   const LamportView& ws = p.ws;
   const FusedSplit sp = fused_split<E>(p, cta, ctas);
-  const auto* x = reinterpret_cast<const uint4*>(p.x);
 
-  // 1. Push this rank's partials into slot `rank` of every peer: every CTA an equal contiguous
-  // slice of the whole message, whoever reduces those rows (pushing waits for nothing).
-  const uint64_t total = static_cast<uint64_t>(p.rows) * sp.row_vecs;
-  const uint64_t slice = (total + ctas - 1) / ctas;
-  const uint64_t slice_end = min(total, static_cast<uint64_t>(cta + 1) * slice);
-  for (uint64_t v = static_cast<uint64_t>(cta) * slice + threadIdx.x; v < slice_end; v += blockDim.x) {
-    const uint4 own = canonical<E>(x[v]);
-    for (int i = 0; i < ws.nranks; ++i) {
-      const int peer = ws.write_order[i];
-      if (peer != ws.rank) st_volatile(ws.region(peer, buffer, ws.rank) + v, own);
-    }
-  }
+  fused_push<E>(p, buffer, sp.row_vecs, cta, ctas);
 
   rearm_previous<E>(ws, buffer, cta, ctas);
   if (!sp.active()) return;
@@ -250,67 +260,10 @@ __device__ void fused_allreduce_rmsnorm_cluster_op(const FusedArNormParams& p, c
   for (uint32_t row = sp.group; row < p.rows; row += sp.groups) {
     const uint64_t row_base = static_cast<uint64_t>(row) * sp.row_vecs;
     bool mine[kVecs];
-    float acc[kVecs][E::kLanes];
-    uint4 own[kVecs], res[kVecs];  // loaded before the polls: their latency hides under the wait
 #pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      mine[j] = sp.owns(threadIdx.x + j * blockDim.x);
-      if (mine[j]) {
-        const uint64_t v = row_base + col0 + j * blockDim.x;
-        own[j] = canonical<E>(x[v]);
-        res[j] = reinterpret_cast<const uint4*>(p.residual)[v];
-      }
-#pragma unroll
-      for (int l = 0; l < E::kLanes; ++l) acc[j][l] = 0.f;
-    }
-    for (int s0 = 0; s0 < ws.nranks; s0 += kBatch) {
-      uint4 polled[kVecs][kBatch];
-#pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-        const uint64_t v = row_base + col0 + j * blockDim.x;
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          const int s = s0 + i;
-          if (mine[j] && s < ws.nranks && s != ws.rank) polled[j][i] = ld_volatile(ws.region(ws.rank, buffer, s) + v);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-        if (!mine[j]) continue;
-        const uint64_t v = row_base + col0 + j * blockDim.x;
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          const int s = s0 + i;
-          if (s >= ws.nranks) break;
-          const uint4 w = s == ws.rank
-                              ? own[j]
-                              : wait_ready<E>(ws.region(ws.rank, buffer, s) + v, polled[j][i], ws.timeout_ns,
-                                              WaitSite{"fused all-reduce+rmsnorm", ws.rank, buffer,
-                                                       static_cast<uint32_t>(s), v, &ws.state->reported});
-          float f[E::kLanes];
-          E::to_float(w, f);
-#pragma unroll
-          for (int l = 0; l < E::kLanes; ++l) acc[j][l] += f[l];
-        }
-      }
-    }
+    for (int j = 0; j < kVecs; ++j) mine[j] = sp.owns(threadIdx.x + j * blockDim.x);
     uint4 h[kVecs];  // residual_out as rounded: what the norm reads
-    float sumsq = 0.f;
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      if (!mine[j]) continue;
-      const uint64_t v = row_base + col0 + j * blockDim.x;
-      float r[E::kLanes];
-      E::to_float(res[j], r);
-#pragma unroll
-      for (int l = 0; l < E::kLanes; ++l) acc[j][l] += r[l];
-      h[j] = E::from_float(acc[j]);
-      reinterpret_cast<uint4*>(p.residual_out)[v] = h[j];
-      float hf[E::kLanes];
-      E::to_float(h[j], hf);
-#pragma unroll
-      for (int l = 0; l < E::kLanes; ++l) sumsq += hf[l] * hf[l];
-    }
+    const float sumsq = fused_reduce_row<E, kVecs>(p, buffer, row_base, col0, mine, h);
     float row_sumsq = fused_block_sum(sumsq, scratch);
     if (sp.span > 1) {
       auto cluster = cooperative_groups::this_cluster();
@@ -322,16 +275,7 @@ __device__ void fused_allreduce_rmsnorm_cluster_op(const FusedArNormParams& p, c
       parity ^= 1u;
     }
     const float scale = rsqrtf(row_sumsq / static_cast<float>(p.hidden) + p.eps);
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      if (!mine[j]) continue;
-      float g[E::kLanes], o[E::kLanes];
-      E::to_float(gamma.v[j], g);
-      E::to_float(h[j], o);
-#pragma unroll
-      for (int l = 0; l < E::kLanes; ++l) o[l] = o[l] * scale * g[l];
-      reinterpret_cast<uint4*>(p.normed)[row_base + col0 + j * blockDim.x] = E::from_float(o);
-    }
+    fused_write_normed<E, kVecs>(p, gamma.v, row_base, col0, mine, h, scale);
   }
   // No CTA may leave (its shared memory goes away) while a cluster peer may still read its last
   // partial. Every CTA of a cluster walks the same rows, so all of them arrive here.
