@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/ops/mla_prefill_params.h"
+#include "model/model_spec.h"
 #include "tests/gpu/cuda_test_util.h"
 
 using namespace rs::cudatest;
@@ -146,6 +147,15 @@ TEST_CASE("mla prefill: head dims without a compiled kernel are a clear error, n
   p.rope = 32;
   p.vdim = 64;
   CHECK_THROWS_WITH_AS(cu::launch_mla_prefill(p, 0), doctest::Contains("qk_nope_head_dim 64"), rs::Error);
+}
+
+TEST_CASE("mla prefill: a config with other head dims is refused when the CUDA backend loads it") {
+  if (skip_without_gpu("cuda backend head-dim check")) return;
+  rs::ModelSpec spec = rs::load_model_spec(std::string(RS_FIXTURES_DIR) + "/models/tiny-v3");
+  spec.qk_nope_head_dim = 64;
+  spec.qk_rope_head_dim = 32;
+  spec.v_head_dim = 64;
+  CHECK_THROWS_WITH_AS(rs::make_cuda_backend_dummy(spec, 1), doctest::Contains("(64, 32, 64)"), rs::Error);
 }
 
 }  // TEST_SUITE

@@ -16,6 +16,7 @@
 #include "backend/validate_batch.h"
 #include "common/error.h"
 #include "kernels/ops/kv_cache_params.h"
+#include "kernels/ops/mla_prefill_params.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
@@ -153,6 +154,11 @@ class CudaBackend final : public Backend {
     need(spec_.n_routed_experts <= 512, "n_routed_experts <= 512");
     need(spec_.n_group <= 64, "n_group <= 64");
     need(spec_.num_experts_per_tok <= 64, "num_experts_per_tok <= 64");
+    // Refused at load, not at the first prefill: the prefill attention is compiled per head shape.
+    need(mla_prefill_supported(spec_.qk_nope_head_dim, spec_.qk_rope_head_dim, spec_.v_head_dim),
+         "MLA prefill attention is built for (qk_nope, qk_rope, v) head dims (128, 64, 128) and (32, 16, 32) only, "
+         "got (" + std::to_string(spec_.qk_nope_head_dim) + ", " + std::to_string(spec_.qk_rope_head_dim) + ", " +
+             std::to_string(spec_.v_head_dim) + ")");
   }
 
   void drop_graphs() {
