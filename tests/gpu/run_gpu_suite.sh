@@ -87,7 +87,18 @@ def one(i):
 ts = [threading.Thread(target=one, args=(i,)) for i in range(12)]
 [t.start() for t in ts]; [t.join() for t in ts]
 c = post("/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0.7, "seed": 3})
-print(f"{len(out)}/12 concurrent completions ok ({sum(out)} tokens), chat ok: {c['choices'][0]['finish_reason']}, errors: {errs[:2]}")
+# The GPU sampler's guided-decoding mask and logit bias, end to end: JSON mode pushed towards "}".
+close = post("/tokenize", {"prompt": "}", "add_special_tokens": False})["tokens"][0]
+j = post("/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": "JSON"}], "max_tokens": 20,
+                                  "temperature": 0, "response_format": {"type": "json_object"}, "logit_bias": {str(close): 100}})
+jm = j["choices"][0]["message"]["content"]
+json_ok = json.loads(jm) == {} and j["choices"][0]["finish_reason"] == "stop"
+free = post("/v1/completions", {"model": name, "prompt": "Hi", "max_tokens": 16, "temperature": 1.0, "seed": 4,
+                                "response_format": {"type": "json_object"}})
+ft = free["choices"][0]["text"]
+prefix_ok = ft.lstrip().startswith("{")
+print(f"{len(out)}/12 concurrent completions ok ({sum(out)} tokens), chat ok: {c['choices'][0]['finish_reason']}, "
+      f"json mode {'ok' if json_ok and prefix_ok else 'FAILED ' + repr(jm) + ' ' + repr(ft)}, errors: {errs[:2]}")
 PY
 )
 kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
