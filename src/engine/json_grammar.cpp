@@ -264,8 +264,18 @@ JsonMasker::JsonMasker(const Tokenizer& tok, int vocab_size, std::vector<int32_t
     for (char c : b) node = t.child(node, static_cast<uint8_t>(c));
     t.next_token[size_t(id)] = t.nodes[size_t(node)].first_token;
     t.nodes[size_t(node)].first_token = id;
+    bool plain = true;
+    for (char c : b) plain = plain && c != '"' && c != '\\' && static_cast<uint8_t>(c) >= 0x20;
+    if (plain) {
+      if (plain_string_.empty()) plain_string_.assign(size_t(words()), 0u);
+      plain_string_[size_t(id) / 32] |= 1u << (id % 32);
+      ++plain_string_count_;
+    } else {
+      string_special_.push_back(id);
+    }
     t.bytes[size_t(id)] = std::move(b);
   }
+  if (plain_string_.empty()) plain_string_.assign(size_t(words()), 0u);
 }
 
 JsonMasker::~JsonMasker() = default;
@@ -285,6 +295,15 @@ int JsonMasker::allowed(const JsonState& s, std::vector<uint32_t>& mask) const {
   if (s.done) {
     for (int32_t e : eos_)
       if (e >= 0 && e < vocab_) allow(e);
+    return count;
+  }
+  if (s.mode == kString && s.sub == 0) {
+    mask = plain_string_;
+    count = plain_string_count_;
+    for (int32_t id : string_special_) {
+      JsonState st = s;
+      if (st.feed(trie_->bytes[size_t(id)])) allow(id);
+    }
     return count;
   }
   const Trie& t = *trie_;

@@ -47,6 +47,12 @@ class JsonMasker {
   int vocab_;
   std::vector<int32_t> eos_;
   std::unique_ptr<Trie> trie_;
+  // Inside a string (the common case, where nearly the whole vocabulary is allowed) a token
+  // without '"', '\\' or control bytes keeps the state as it is: those are allowed in bulk, and
+  // only the others are simulated.
+  std::vector<uint32_t> plain_string_;  // bitmask
+  int plain_string_count_ = 0;
+  std::vector<int32_t> string_special_;
 };
 
 }  // namespace rs
