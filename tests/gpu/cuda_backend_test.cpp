@@ -201,7 +201,7 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
     auto gpu = rs::make_cuda_backend(spec, *weights);
     rs::KvConfig kv;
     kv.block_size = kBlock;
-    kv.num_blocks = 64;
+    kv.num_blocks = 128;  // 12 sequences x 8 blocks for the batch-12 decode below
     cpu->init_kv(kv);
     gpu->init_kv(kv);
     const int V = spec.vocab_size;
@@ -229,28 +229,36 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
         CHECK(check_rows("CPU (chunked)", name, p, ch, c, V, margins, noise.routing) == 0);
       }
     }
-    // Greedy: all four prompts batched (mixed prefill, then decode graphs of bucket 4), each alone
-    // (bucket 1), and the CPU reference.
-    std::vector<std::vector<int32_t>> ids;
+    // Greedy: all four prompts batched (mixed prefill, then decode graphs of bucket 4), three
+    // copies of each batched (12 rows: the decode path of 9-16 rows, fused router with a separate
+    // split combine), each alone (bucket 1), and the CPU reference.
+    std::vector<std::vector<int32_t>> ids, ids12;
     for (auto& pr : prompts) ids.push_back(pr.ids);
+    for (int k = 0; k < 3; ++k) ids12.insert(ids12.end(), ids.begin(), ids.end());
     const int steps = 10;
     auto batched = greedy_batch(*gpu, ids, steps, 0);
+    auto batched12 = greedy_batch(*gpu, ids12, steps, 0);
     for (size_t p = 0; p < prompts.size(); ++p) {
       auto alone = greedy_batch(*gpu, {ids[p]}, steps, 0)[0];
       auto ref = greedy_batch(*cpu, {ids[p]}, steps, 0)[0];
-      for (int t = 0; t < steps; ++t) {  // batched vs batch 1: a difference only on a near-tie
-        if (batched[p][t] == alone[t]) continue;
-        std::vector<int32_t> ctx = ids[p];
-        ctx.insert(ctx.end(), alone.begin(), alone.begin() + t);
-        auto lg = teacher_forced(*cpu, ctx, blocks_from(0, 8), 1 << 20);
-        int best = 0;
-        const float margin = argmax_margin(&lg[(ctx.size() - 1) * V], V, &best);
-        std::printf("[gpu.cuda] %-16s p%zu batched decode step %d: batch 4 %d, batch 1 %d; CPU argmax margin %.5f %s\n",
-                    name.c_str(), p, t, batched[p][t], alone[t], margin,
-                    margin < noise.argmax ? "(below noise: allowed)" : "(NOT explained)");
-        CHECK(margin < noise.argmax);
-        break;
-      }
+      // Batched vs batch 1: a difference only on a near-tie of the CPU reference.
+      auto same_as_alone = [&](const std::vector<int32_t>& got, const char* what) {
+        for (int t = 0; t < steps; ++t) {
+          if (got[t] == alone[t]) continue;
+          std::vector<int32_t> ctx = ids[p];
+          ctx.insert(ctx.end(), alone.begin(), alone.begin() + t);
+          auto lg = teacher_forced(*cpu, ctx, blocks_from(0, 8), 1 << 20);
+          int best = 0;
+          const float margin = argmax_margin(&lg[(ctx.size() - 1) * V], V, &best);
+          std::printf("[gpu.cuda] %-16s p%zu batched decode step %d: %s %d, batch 1 %d; CPU argmax margin %.5f %s\n",
+                      name.c_str(), p, t, what, got[t], alone[t], margin,
+                      margin < noise.argmax ? "(below noise: allowed)" : "(NOT explained)");
+          CHECK(margin < noise.argmax);
+          return;
+        }
+      };
+      same_as_alone(batched[p], "batch 4");
+      for (int k = 0; k < 3; ++k) same_as_alone(batched12[k * ids.size() + p], "batch 12");
       // First divergence from the reference: allowed only below bf16 noise, and listed.
       for (int t = 0; t < steps; ++t) {
         if (alone[t] == ref[t]) continue;
