@@ -413,14 +413,17 @@ bool moe_can_fuse_shared(const MoeExperts& experts, int m) {
 
 namespace {
 
+void require_moe_workspace(const MoeWorkspace& ws, size_t need, int m) {
+  if (ws.bytes < need)
+    throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
+                std::to_string(need) + " needed for m=" + std::to_string(m));
+}
+
 // The few-token expert kernels' params over the workspace (h), after checking it is big enough.
 kern::ExpertGemvParams expert_gemv_params(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
                                           const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
                                           const MoeWorkspace& ws, int n_shared) {
-  const size_t need = expert_gemv_bytes(m, top_k, experts.num_experts, experts.inter, n_shared);
-  if (ws.bytes < need)
-    throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
-                std::to_string(need) + " needed for m=" + std::to_string(m));
+  require_moe_workspace(ws, expert_gemv_bytes(m, top_k, experts.num_experts, experts.inter, n_shared), m);
   kern::ExpertGemvParams p;
   p.experts = experts;
   p.x = x;
@@ -441,9 +444,7 @@ kern::ExpertGemmParams expert_gemm_params(const MoeExperts& experts, const __nv_
   if (l.max_tiles > 65535)
     throw Error("moe_experts: m=" + std::to_string(m) + " needs " + std::to_string(l.max_tiles) +
                 " token tiles, above the grid limit of 65535; split the batch");
-  if (ws.bytes < l.bytes)
-    throw Error("moe_experts: workspace of " + std::to_string(ws.bytes) + " bytes is below the " +
-                std::to_string(l.bytes) + " needed for m=" + std::to_string(m));
+  require_moe_workspace(ws, l.bytes, m);
   auto* base = static_cast<uint8_t*>(ws.ptr);
   kern::ExpertGemmParams p;
   p.experts = experts;
