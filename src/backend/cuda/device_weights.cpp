@@ -95,22 +95,10 @@ class Builder {
     return m;
   }
 
-  const float* f32(const std::string& name) {
-    const Src s = source(name);
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
-    float* out = static_cast<float*>(alloc(size_t(n) * 4));
-    if (base_) to_device(s, out, ElemType::F32, n);
-    return out;
-  }
+  const float* f32(const std::string& name) { return static_cast<const float*>(vector(name, ElemType::F32, 4)); }
 
   const __nv_bfloat16* bf16(const std::string& name) {
-    const Src s = source(name);
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
-    auto* out = static_cast<__nv_bfloat16*>(alloc(size_t(n) * 2));
-    if (base_) to_device(s, out, ElemType::BF16, n);
-    return out;
+    return static_cast<const __nv_bfloat16*>(vector(name, ElemType::BF16, 2));
   }
 
   // A bf16 view of a device matrix (itself when it is bf16; a dequantised copy of FP8).
@@ -239,6 +227,16 @@ class Builder {
       staging_.reset(bytes, "weight staging");
     }
     return staging_.get<T>();
+  }
+
+  // A tensor of any shape, copied (or dummy-filled) whole as out_type.
+  void* vector(const std::string& name, ElemType out_type, size_t elem_bytes) {
+    const Src s = source(name);
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    void* out = alloc(size_t(n) * elem_bytes);
+    if (base_) to_device(s, out, out_type, n);
+    return out;
   }
 
   void* alloc(size_t bytes) {
