@@ -11,7 +11,6 @@
 #include <mutex>
 #include <pthread.h>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -118,14 +117,6 @@ struct LoadedModel {
   std::string description;
   bool random_weights = false;
 };
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(path + ": cannot read");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // --chat-template: the tokenizer is rebuilt from the same tokenizer.json with tokenizer_config's
 // chat_template replaced, so the override goes through the tokenizer's own template engine.

@@ -13,6 +13,14 @@
 
 namespace rs {
 
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 namespace {
 
 using Init = TensorInfo::Init;
@@ -80,14 +88,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 bool file_exists(const std::string& path) { return std::ifstream(path).good(); }
 
 // Where each checkpoint tensor lives: one file, or shards listed by index.json.
@@ -116,7 +116,7 @@ Checkpoint open_checkpoint(const std::string& dir) {
     c.index_path = index;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_text(index));
+      j = nlohmann::json::parse(read_text_file(index));
     } catch (const nlohmann::json::exception& e) {
       throw Error(index + ": not valid JSON (" + std::string(e.what()) + ")");
     }
