@@ -29,7 +29,7 @@
 #include <cstdint>
 
 #include "kernels/common/bf16_fp8.cuh"
-#include "kernels/common/warp.cuh"
+#include "kernels/common/reduce.cuh"
 #include "kernels/ops/gemv.cuh"
 #include "kernels/ops/gemv_experts.cuh"
 #include "kernels/ops/gemv_tc.cuh"
@@ -38,6 +38,8 @@
 #include "kernels/ops/matmul_pdl.cuh"
 
 namespace rs::kern {
+
+using rs::cuda::warp_sum;
 
 constexpr int kMaxSharedSlots = 4;  // shared experts a layer may fold in (DeepSeek: 1 or 2)
 constexpr int kDownRows = 2;        // hidden rows per block-iteration of the few-token down op

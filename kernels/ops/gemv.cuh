@@ -10,11 +10,13 @@
 #include <cstdint>
 
 #include "kernels/common/bf16_fp8.cuh"
-#include "kernels/common/warp.cuh"
+#include "kernels/common/reduce.cuh"
 #include "kernels/ops/linear_params.h"
 #include "kernels/ops/matmul_pdl.cuh"
 
 namespace rs::kern {
+
+using rs::cuda::warp_sum;
 
 constexpr int kGemvWarps = 8;  // warps per block
 constexpr int kGemvThreads = kGemvWarps * 32;
