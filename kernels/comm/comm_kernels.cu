@@ -6,7 +6,7 @@
 #include "kernels/comm/lamport_oneshot.cuh"
 #include "kernels/comm/two_shot.cuh"
 #include "kernels/common/pdl.cuh"
-#include "parallel/pdl_launch.h"
+#include "kernels/ops/matmul_pdl.cuh"
 
 namespace rs::comm {
 namespace {
@@ -74,13 +74,13 @@ dim3 block_of(LaunchShape s) { return dim3(static_cast<unsigned>(s.threads)); }
 cudaError_t launch_lamport_oneshot(const OneShotParams& p, LaunchShape s, cudaStream_t stream) {
   auto* k = p.type == ElemType::bf16 ? &lamport_oneshot_kernel<ElemType::bf16>
                                      : &lamport_oneshot_kernel<ElemType::fp32>;
-  return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
+  return kern::launch_with_pdl(k, grid_of(s), block_of(s), 1, 0, stream, s.pdl, p);
 }
 
 cudaError_t launch_two_shot(const TwoShotParams& p, LaunchShape s, cudaStream_t stream) {
   auto* k = p.type == ElemType::bf16 ? &two_shot_kernel<ElemType::bf16>
                                      : &two_shot_kernel<ElemType::fp32>;
-  return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
+  return kern::launch_with_pdl(k, grid_of(s), block_of(s), 1, 0, stream, s.pdl, p);
 }
 
 cudaError_t launch_fused_allreduce_rmsnorm_whole_row(const FusedArNormParams& p, LaunchShape s,
@@ -97,7 +97,7 @@ cudaError_t launch_fused_allreduce_rmsnorm_whole_row(const FusedArNormParams& p,
     case 4: k = bf16 ? &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 4> : &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 4>; break;
     default: return cudaErrorInvalidConfiguration;  // the host checks hidden first
   }
-  return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
+  return kern::launch_with_pdl(k, grid_of(s), block_of(s), 1, 0, stream, s.pdl, p);
 }
 
 cudaError_t launch_fused_allreduce_rmsnorm_cluster(const FusedArNormParams& p, LaunchShape s, int vecs_per_thread,
@@ -117,8 +117,7 @@ cudaError_t launch_fused_allreduce_rmsnorm_cluster(const FusedArNormParams& p, L
     case 4: k = bf16 ? &fused_allreduce_rmsnorm_cluster_kernel<ElemType::bf16, 4> : &fused_allreduce_rmsnorm_cluster_kernel<ElemType::fp32, 4>; break;
     default: return cudaErrorInvalidConfiguration;
   }
-  if (cluster > 1) return parallel::launch_maybe_pdl_cluster(k, grid_of(s), block_of(s), cluster, 0, stream, s.pdl, p);
-  return parallel::launch_maybe_pdl(k, grid_of(s), block_of(s), 0, stream, s.pdl, p);
+  return kern::launch_with_pdl(k, grid_of(s), block_of(s), cluster, 0, stream, s.pdl, p);
 }
 
 cudaError_t preload_comm_kernels() {

@@ -1,11 +1,12 @@
 #pragma once
-// Programmatic dependent launch (PDL) for the matmul kernels. Every matmul kernel lets the next
-// kernel in the stream start early (launch_dependents at entry) and waits for its own
-// predecessor (griddepcontrol.wait) only before it first reads anything a predecessor may have
-// written (activations, routing, workspaces) or writes anything. Weights are constant during a
-// step, so they may be streamed in before the wait: that overlaps a kernel's weight traffic with
-// the tail of the previous kernel. wait() returns once every prerequisite grid has completed and
-// its memory is visible; without the launch attribute both instructions are no-ops.
+// Programmatic dependent launch (PDL) for the matmul and op kernels (launch_with_pdl below also
+// serves the comm kernels). Every matmul kernel lets the next kernel in the stream start early
+// (launch_dependents at entry) and waits for its own predecessor (griddepcontrol.wait) only
+// before it first reads anything a predecessor may have written (activations, routing,
+// workspaces) or writes anything. Weights are constant during a step, so they may be streamed in
+// before the wait: that overlaps a kernel's weight traffic with the tail of the previous kernel.
+// wait() returns once every prerequisite grid has completed and its memory is visible; without
+// the launch attribute both instructions are no-ops.
 namespace rs::kern {
 
 __device__ __forceinline__ void pdl_launch_dependents() {
@@ -24,6 +25,33 @@ namespace rs::kern {
 
 bool matmul_pdl();  // linear_kernels.cu; set_matmul_pdl() in matmul_launch.h
 
+// The one host-side PDL launch of the project (the comm kernels call it directly): launch with
+// the programmatic stream serialization attribute set to `pdl`, as thread block clusters of
+// cluster_x CTAs along x when cluster_x > 1 (grid.x a multiple of it). The attribute is recorded
+// into CUDA graphs as a programmatic edge, so the overlap survives capture.
+template <class... KArgs, class... Args>
+cudaError_t launch_with_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, int cluster_x, size_t smem,
+                            cudaStream_t s, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.numAttrs = 1;
+  if (cluster_x > 1) {
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = static_cast<unsigned>(cluster_x);
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = 1;
+    cfg.numAttrs = 2;
+  }
+  cfg.attrs = attr;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
 // Launch with programmatic stream serialization, so this kernel may start while its
 // predecessor drains (see pdl_wait above for what it may and may not touch before the wait).
 template <class... KArgs, class... Args>
@@ -33,18 +61,8 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
     kernel<<<grid, block, smem, s>>>(std::forward<Args>(args)...);
     return;
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
   // Errors surface through cudaGetLastError(), which the host dispatch checks after launching.
-  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  (void)launch_with_pdl(kernel, grid, block, 1, smem, s, true, std::forward<Args>(args)...);
 }
 
 }  // namespace rs::kern
