@@ -210,12 +210,11 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
   plan.decode_rows = static_cast<int>(order.size());
   for (int i = 0; i < nseq; ++i)
     if (batch.seqs[i].tokens.size() > 1) order.push_back(i);
-  std::vector<int> seq_first_row(nseq, -1), seq_logit_row(nseq, -1), seq_logits_first(nseq, -1);
+  std::vector<int> seq_logit_row(nseq, -1), seq_logits_first(nseq, -1);
   uint64_t kv_tokens = 0;
   for (int i : order) {
     const SeqStep& s = batch.seqs[i];
     const int row0 = static_cast<int>(plan.tokens.size());
-    seq_first_row[i] = row0;
     const int T = static_cast<int>(s.tokens.size());
     for (int k = 0; k < T; ++k) {
       const int pos = s.start_pos + k;
@@ -303,7 +302,6 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
   pass_->collect_profile();
   std::vector<SampledToken> sampled = sampler_->collect();
   for (size_t k = 0; k < req_seq.size(); ++k) results[req_seq[k]].token = std::move(sampled[k]);
-  (void)seq_first_row;
   return results;
 }
 
