@@ -126,6 +126,29 @@ double copy_bandwidth(cudaStream_t s, int reps) {
   return 2.0 * bytes / median(t);  // read + write
 }
 
+// The current device and a non-blocking stream, the set-up every `bench linear` mode starts from.
+struct BenchGpu {
+  cudaDeviceProp prop{};
+  cudaStream_t stream = nullptr;
+  BenchGpu() {
+    int dev = 0;
+    ok(cudaGetDevice(&dev), "device");
+    ok(cudaGetDeviceProperties(&prop, dev), "properties");
+    ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  }
+  ~BenchGpu() { cudaStreamDestroy(stream); }
+  BenchGpu(const BenchGpu&) = delete;
+  BenchGpu& operator=(const BenchGpu&) = delete;
+
+  // The bandwidth roofline of this run (measured, then printed in the header line).
+  double copy_roofline(int reps) const {
+    const double copy_bw = copy_bandwidth(stream, reps);
+    std::printf("GPU %s, %d SMs, L2 %.0f MB; device-to-device copy %.0f GB/s (read+write)\n", prop.name,
+                prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9);
+    return copy_bw;
+  }
+};
+
 struct Row {
   std::string name, type;
   int m;
@@ -263,12 +286,9 @@ Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream
 // the V2-Lite prefill shapes at m = 8192, an m sweep for the auto thresholds, and the routed
 // experts with 1 and 4 lanes.
 void run_gemm_ab(bool quick, const std::string& json_path) {
-  int dev = 0;
-  ok(cudaGetDevice(&dev), "device");
-  cudaDeviceProp prop{};
-  ok(cudaGetDeviceProperties(&prop, dev), "properties");
-  cudaStream_t s;
-  ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const BenchGpu gpu;
+  const cudaDeviceProp& prop = gpu.prop;
+  cudaStream_t s = gpu.stream;
   const int reps = quick ? 5 : 11;
   g_eager = true;
   using rs::cuda::GemmBackend;
@@ -326,20 +346,14 @@ void run_gemm_ab(bool quick, const std::string& json_path) {
                           {"cublaslt_TFLOPs", r.flops / r.lt_s / 1e12}});
   }
   if (!json_path.empty()) std::ofstream(json_path) << js.dump(2) << "\n";
-  cudaStreamDestroy(s);
 }
 
 void run(bool quick, const std::string& json_path) {
-  int dev = 0;
-  ok(cudaGetDevice(&dev), "device");
-  cudaDeviceProp prop{};
-  ok(cudaGetDeviceProperties(&prop, dev), "properties");
-  cudaStream_t s;
-  ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const BenchGpu gpu;
+  const cudaDeviceProp& prop = gpu.prop;
+  cudaStream_t s = gpu.stream;
   const int reps = quick ? 5 : 15;
-  const double copy_bw = copy_bandwidth(s, reps);
-  std::printf("GPU %s, %d SMs, L2 %.0f MB; device-to-device copy %.0f GB/s (read+write)\n", prop.name,
-              prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9);
+  const double copy_bw = gpu.copy_roofline(reps);
 
   std::vector<Row> rows;
   const WeightType B = WeightType::BF16, F = WeightType::FP8_E4M3_BLOCK;
@@ -442,7 +456,6 @@ void run(bool quick, const std::string& json_path) {
                                       {"pct_copy", 100.0 * bytes / sec / copy_bw}};
   }
   if (!json_path.empty()) std::ofstream(json_path) << js.dump(2) << "\n";
-  cudaStreamDestroy(s);
 }
 
 }  // namespace
@@ -451,16 +464,11 @@ void run(bool quick, const std::string& json_path) {
 // the decode kernels (default), on the earlier ones (/old), and with the two shared experts
 // folded in, next to the dense shared-expert GEMVs that the folding replaces.
 void run_experts(bool quick, const std::string& json_path) {
-  int dev = 0;
-  ok(cudaGetDevice(&dev), "device");
-  cudaDeviceProp prop{};
-  ok(cudaGetDeviceProperties(&prop, dev), "properties");
-  cudaStream_t s;
-  ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const BenchGpu gpu;
+  const cudaDeviceProp& prop = gpu.prop;
+  cudaStream_t s = gpu.stream;
   const int reps = quick ? 5 : 15;
-  const double copy_bw = copy_bandwidth(s, reps);
-  std::printf("GPU %s, %d SMs, L2 %.0f MB; device-to-device copy %.0f GB/s (read+write)\n", prop.name,
-              prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9);
+  const double copy_bw = gpu.copy_roofline(reps);
   const WeightType B = WeightType::BF16, F = WeightType::FP8_E4M3_BLOCK;
   std::vector<Row> rows;
   for (WeightType t : {B, F}) {
@@ -486,7 +494,6 @@ void run_experts(bool quick, const std::string& json_path) {
                           {"us", r.seconds * 1e6}, {"GBps", gbps}, {"pct_copy", pct}});
   }
   if (!json_path.empty()) std::ofstream(json_path) << js.dump(2) << "\n";
-  cudaStreamDestroy(s);
 }
 
 void add_linear(CLI::App& bench) {
