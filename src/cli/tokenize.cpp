@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -14,6 +13,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "model/embedded_assets.h"
+#include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rs::cli {
@@ -32,12 +32,6 @@ std::unique_ptr<Tokenizer> load(const std::string& dir) {
 
 std::string read_all(std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot read " + path);
-  return read_all(f);
-}
-
 void print_line(const std::string& s) {
   std::fwrite(s.data(), 1, s.size(), stdout);
   std::fputc('\n', stdout);
@@ -46,7 +40,7 @@ void print_line(const std::string& s) {
 void run_chat(const Tokenizer& tok, const TokenizeArgs& a) {
   nlohmann::ordered_json doc;
   try {
-    doc = nlohmann::ordered_json::parse(read_file(a.chat_file));
+    doc = nlohmann::ordered_json::parse(read_text_file(a.chat_file));
   } catch (const nlohmann::json::exception& e) {
     throw Error(a.chat_file + ": invalid JSON: " + e.what());
   }
@@ -69,7 +63,7 @@ void run_chat(const Tokenizer& tok, const TokenizeArgs& a) {
 }
 
 void run_bench(const Tokenizer& tok, const TokenizeArgs& a) {
-  const std::string text = read_file(a.bench_file);
+  const std::string text = read_text_file(a.bench_file);
   if (text.empty()) throw Error(a.bench_file + " is empty");
   // One warm-up pass (fills the BPE word cache as a running server's would be), then timed passes.
   size_t ntokens = tok.encode(text, false).size();
