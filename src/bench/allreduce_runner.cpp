@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "bench/bench_buffer.h"
 #include "common/error.h"
 #include "kernels/comm/comm_layout.h"
 #include "parallel/cuda_check.h"
@@ -38,14 +39,6 @@ std::vector<unsigned char> random_bytes(uint64_t count, DType t, uint64_t seed) 
   }
   return out;
 }
-
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(uint64_t bytes) { cuda_check(cudaMalloc(&ptr, std::max<uint64_t>(bytes, 16)), "bench cudaMalloc"); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
 int iterations_for(uint64_t bytes) {
   // Enough calls per timed region that the event overhead is noise, few enough that 64 MB
@@ -100,15 +93,16 @@ std::vector<ArSizeResult> run_allreduce_bench(const parallel::Comm& comm, const 
   parallel::run_rank_threads(topo, [&](int rank) {
     cudaStream_t stream;
     cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "bench stream");
-    DeviceBuffer in(max_bytes), out(max_bytes), residual(max_bytes), residual_out(max_bytes),
-        normed(max_bytes), gamma(comm::kVecBytes * comm::kFusedMaxThreads * comm::kFusedMaxVecsPerThread);
+    const auto in = bench_buffer(max_bytes), out = bench_buffer(max_bytes), residual = bench_buffer(max_bytes),
+               residual_out = bench_buffer(max_bytes), normed = bench_buffer(max_bytes),
+               gamma = bench_buffer(comm::kVecBytes * comm::kFusedMaxThreads * comm::kFusedMaxVecsPerThread);
     {
       auto h = random_bytes(max_count, opt.dtype, 1000 + rank);
-      cuda_check(cudaMemcpy(in.ptr, h.data(), h.size(), cudaMemcpyHostToDevice), "bench upload");
+      cuda_check(cudaMemcpy(in.get(), h.data(), h.size(), cudaMemcpyHostToDevice), "bench upload");
       h = random_bytes(max_count, opt.dtype, 2000 + rank);
-      cuda_check(cudaMemcpy(residual.ptr, h.data(), h.size(), cudaMemcpyHostToDevice), "bench upload");
+      cuda_check(cudaMemcpy(residual.get(), h.data(), h.size(), cudaMemcpyHostToDevice), "bench upload");
       h = random_bytes(comm::kVecBytes * comm::kFusedMaxThreads * comm::kFusedMaxVecsPerThread / esize, opt.dtype, 3000);
-      cuda_check(cudaMemcpy(gamma.ptr, h.data(), h.size(), cudaMemcpyHostToDevice), "bench upload");
+      cuda_check(cudaMemcpy(gamma.get(), h.data(), h.size(), cudaMemcpyHostToDevice), "bench upload");
     }
     cudaEvent_t e0, e1;
     cuda_check(cudaEventCreate(&e0), "event");
@@ -129,21 +123,21 @@ std::vector<ArSizeResult> run_allreduce_bench(const parallel::Comm& comm, const 
         auto call = [&] {
           switch (v) {
             case ArVariant::oneshot:
-              comm.all_reduce(rank, in.ptr, out.ptr, res.count, opt.dtype, stream, parallel::AllReduceAlgo::lamport_oneshot);
+              comm.all_reduce(rank, in.get(), out.get(), res.count, opt.dtype, stream, parallel::AllReduceAlgo::lamport_oneshot);
               break;
             case ArVariant::two_shot:
-              comm.all_reduce(rank, in.ptr, out.ptr, res.count, opt.dtype, stream, parallel::AllReduceAlgo::two_shot);
+              comm.all_reduce(rank, in.get(), out.get(), res.count, opt.dtype, stream, parallel::AllReduceAlgo::two_shot);
               break;
             case ArVariant::nccl:
-              comm.all_reduce(rank, in.ptr, out.ptr, res.count, opt.dtype, stream, parallel::AllReduceAlgo::nccl);
+              comm.all_reduce(rank, in.get(), out.get(), res.count, opt.dtype, stream, parallel::AllReduceAlgo::nccl);
               break;
             case ArVariant::automatic:
-              comm.all_reduce(rank, in.ptr, out.ptr, res.count, opt.dtype, stream);
+              comm.all_reduce(rank, in.get(), out.get(), res.count, opt.dtype, stream);
               break;
             case ArVariant::fused: {
               parallel::FusedArNormArgs a;
-              a.x = in.ptr; a.residual = residual.ptr; a.gamma = gamma.ptr;
-              a.residual_out = residual_out.ptr; a.normed = normed.ptr;
+              a.x = in.get(); a.residual = residual.get(); a.gamma = gamma.get();
+              a.residual_out = residual_out.get(); a.normed = normed.get();
               a.rows = res.fused_rows; a.hidden = res.fused_hidden; a.eps = 1e-6f; a.dtype = opt.dtype;
               comm.all_reduce_residual_rmsnorm(rank, a, stream);
               break;

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/linear.h"
+#include "bench/bench_buffer.h"
 #include "bench/bench_commands.h"
 #include "common/error.h"
 #include "kernels/ops/matmul_launch.h"
@@ -33,14 +34,6 @@ using rs::cuda::WeightType;
 void ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("bench linear: ") + what + ": " + cudaGetErrorString(e));
 }
-
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t bytes) { ok(cudaMalloc(&p, std::max<size_t>(bytes, 256)), "cudaMalloc"); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -106,15 +99,15 @@ double time_graph(cudaStream_t s, int calls, int reps, const std::function<void(
 
 double copy_bandwidth(cudaStream_t s, int reps) {
   const size_t bytes = size_t(2) << 30;
-  Dev a(bytes), b(bytes);
-  ok(cudaMemsetAsync(a.p, 1, bytes, s), "memset");
+  const auto a = bench_buffer(bytes), b = bench_buffer(bytes);
+  ok(cudaMemsetAsync(a.get(), 1, bytes, s), "memset");
   cudaEvent_t e0, e1;
   ok(cudaEventCreate(&e0), "event");
   ok(cudaEventCreate(&e1), "event");
   std::vector<double> t;
   for (int r = 0; r < reps + 2; ++r) {
     ok(cudaEventRecord(e0, s), "record");
-    ok(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, s), "copy");
+    ok(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s), "copy");
     ok(cudaEventRecord(e1, s), "record");
     ok(cudaEventSynchronize(e1), "sync");
     float ms = 0;
@@ -158,7 +151,7 @@ struct Row {
 
 // A weight of `rows x cols` with `copies` rotating replicas.
 struct Weights {
-  std::vector<std::unique_ptr<Dev>> data, scales;
+  std::vector<cuda::DeviceBuffer> data, scales;
   std::vector<DeviceMatrix> dm;
   double bytes_each = 0;
   Weights(WeightType t, int64_t rows, int64_t cols, int copies, uint64_t seed, cudaStream_t s) {
@@ -167,18 +160,18 @@ struct Weights {
     const size_t sbytes = size_t((rows + 127) / 128) * size_t((cols + 127) / 128) * 4;
     bytes_each = double(bytes) + (fp8 ? double(sbytes) : 0.0);
     for (int c = 0; c < copies; ++c) {
-      data.push_back(std::make_unique<Dev>(bytes));
-      kern::launch_fill_random(data.back()->p, bytes, seed + c, fp8, s);
+      data.push_back(bench_buffer(bytes));
+      kern::launch_fill_random(data.back().get(), bytes, seed + c, fp8, s);
       DeviceMatrix w;
       w.type = t;
       w.rows = rows;
       w.cols = cols;
-      w.data = data.back()->p;
+      w.data = data.back().get();
       if (fp8) {
-        scales.push_back(std::make_unique<Dev>(sbytes));
+        scales.push_back(bench_buffer(sbytes));
         std::vector<float> h(sbytes / 4, 0.01f);
-        ok(cudaMemcpy(scales.back()->p, h.data(), sbytes, cudaMemcpyHostToDevice), "scales");
-        w.scale_inv = static_cast<const float*>(scales.back()->p);
+        ok(cudaMemcpy(scales.back().get(), h.data(), sbytes, cudaMemcpyHostToDevice), "scales");
+        w.scale_inv = static_cast<const float*>(scales.back().get());
       }
       dm.push_back(w);
     }
@@ -192,14 +185,14 @@ Row bench_dense(const std::string& name, WeightType t, int64_t rows, int64_t col
   const double wbytes = double(rows) * cols * (fp8 ? 1 : 2);
   const int copies = m > 64 ? 1 : copies_for(wbytes);
   Weights w(t, rows, cols, copies, 1000 + rows + cols, s);
-  Dev x(size_t(m) * cols * 2), y(size_t(m) * rows * 2);
-  kern::launch_fill_random(x.p, size_t(m) * cols * 2, 7, false, s);
+  const auto x = bench_buffer(size_t(m) * cols * 2), y = bench_buffer(size_t(m) * rows * 2);
+  kern::launch_fill_random(x.get(), size_t(m) * cols * 2, 7, false, s);
   const size_t wsb = rs::cuda::linear_workspace_bytes(m, rows, cols);
-  Dev ws(wsb);
+  const auto ws = bench_buffer(wsb);
   const int calls = std::max(copies, m > 64 ? 5 : 40);
   const double sec = time_graph(s, calls, reps, [&](int i) {
-    rs::cuda::linear(w.dm[i % copies], static_cast<const __nv_bfloat16*>(x.p), m,
-                     static_cast<__nv_bfloat16*>(y.p), {ws.p, wsb}, s);
+    rs::cuda::linear(w.dm[i % copies], static_cast<const __nv_bfloat16*>(x.get()), m,
+                     static_cast<__nv_bfloat16*>(y.get()), {ws.get(), wsb}, s);
   });
   return {name, fp8 ? "fp8" : "bf16", m, std::to_string(rows) + "x" + std::to_string(cols), w.bytes_each,
           2.0 * m * rows * cols, sec};
@@ -213,7 +206,7 @@ Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream
   double shared_bytes = 0;
   const int copies = m <= 8 ? 2 : 1;
   std::vector<std::unique_ptr<Weights>> mats;  // [copy][gate, up, down] each E replicas
-  std::vector<std::unique_ptr<Dev>> arrays;
+  std::vector<cuda::DeviceBuffer> arrays;
   std::vector<rs::cuda::MoeExperts> sets;
   for (int c = 0; c < copies; ++c) {
     rs::cuda::MoeExperts e;
@@ -224,9 +217,9 @@ Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream
     const DeviceMatrix** slots[3] = {&e.gate, &e.up, &e.down};
     for (int k = 0; k < 3; ++k) {
       mats.push_back(std::make_unique<Weights>(t, k == 2 ? hidden : inter, k == 2 ? inter : hidden, E, 50 + 7 * c + k, s));
-      arrays.push_back(std::make_unique<Dev>(sizeof(DeviceMatrix) * E));
-      ok(cudaMemcpy(arrays.back()->p, mats.back()->dm.data(), sizeof(DeviceMatrix) * E, cudaMemcpyHostToDevice), "experts");
-      *slots[k] = static_cast<const DeviceMatrix*>(arrays.back()->p);
+      arrays.push_back(bench_buffer(sizeof(DeviceMatrix) * E));
+      ok(cudaMemcpy(arrays.back().get(), mats.back()->dm.data(), sizeof(DeviceMatrix) * E, cudaMemcpyHostToDevice), "experts");
+      *slots[k] = static_cast<const DeviceMatrix*>(arrays.back().get());
     }
     if (n_shared > 0) {
       DeviceMatrix* sh[3] = {&e.shared_gate, &e.shared_up, &e.shared_down};
@@ -245,7 +238,7 @@ Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream
   // Four routings (distinct experts per token, random weights) rotated between calls.
   std::mt19937 gen(42);
   const int nroute = 4;
-  std::vector<std::unique_ptr<Dev>> ids, wts;
+  std::vector<cuda::DeviceBuffer> ids, wts;
   double unique_sum = 0;
   for (int r = 0; r < nroute; ++r) {
     std::vector<int> hid(size_t(m) * top_k);
@@ -262,20 +255,20 @@ Row bench_moe(const std::string& name, WeightType t, int m, int reps, cudaStream
       }
     }
     unique_sum += std::count(used.begin(), used.end(), 1);
-    ids.push_back(std::make_unique<Dev>(hid.size() * 4));
-    wts.push_back(std::make_unique<Dev>(hw.size() * 4));
-    ok(cudaMemcpy(ids.back()->p, hid.data(), hid.size() * 4, cudaMemcpyHostToDevice), "ids");
-    ok(cudaMemcpy(wts.back()->p, hw.data(), hw.size() * 4, cudaMemcpyHostToDevice), "weights");
+    ids.push_back(bench_buffer(hid.size() * 4));
+    wts.push_back(bench_buffer(hw.size() * 4));
+    ok(cudaMemcpy(ids.back().get(), hid.data(), hid.size() * 4, cudaMemcpyHostToDevice), "ids");
+    ok(cudaMemcpy(wts.back().get(), hw.data(), hw.size() * 4, cudaMemcpyHostToDevice), "weights");
   }
-  Dev x(size_t(m) * hidden * 2), out(size_t(m) * hidden * 2);
-  kern::launch_fill_random(x.p, size_t(m) * hidden * 2, 9, false, s);
+  const auto x = bench_buffer(size_t(m) * hidden * 2), out = bench_buffer(size_t(m) * hidden * 2);
+  kern::launch_fill_random(x.get(), size_t(m) * hidden * 2, 9, false, s);
   const size_t wsb = rs::cuda::moe_workspace_bytes(m, top_k, sets[0]);
-  Dev ws(wsb);
+  const auto ws = bench_buffer(wsb);
   const int calls = m <= 64 ? 40 : 4;
   const double sec = time_graph(s, calls, reps, [&](int i) {
-    rs::cuda::moe_experts(sets[i % copies], static_cast<const __nv_bfloat16*>(x.p), m, top_k,
-                          static_cast<const int*>(ids[i % nroute]->p), static_cast<const float*>(wts[i % nroute]->p),
-                          static_cast<__nv_bfloat16*>(out.p), {ws.p, wsb}, s);
+    rs::cuda::moe_experts(sets[i % copies], static_cast<const __nv_bfloat16*>(x.get()), m, top_k,
+                          static_cast<const int*>(ids[i % nroute].get()), static_cast<const float*>(wts[i % nroute].get()),
+                          static_cast<__nv_bfloat16*>(out.get()), {ws.get(), wsb}, s);
   });
   const double bytes = unique_sum / nroute * per_expert + shared_bytes;
   return {name, fp8 ? "fp8" : "bf16", m, n_shared ? "64x[3x1408x2048] top6+2sh" : "64x[3x1408x2048] top6", bytes,

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_buffer.h"
 #include "bench/bench_commands.h"
 #include "common/error.h"
 #include "kernels/ops/mla_prefill_params.h"
@@ -29,23 +30,15 @@ void ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("bench mla-prefill: ") + what + ": " + cudaGetErrorString(e));
 }
 
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t bytes) { ok(cudaMalloc(&p, std::max<size_t>(bytes, 256)), "cudaMalloc"); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-};
-
 // Uniform [-1, 1) bf16 values from a 64-bit LCG (fast enough for ~60 M values).
-void fill_random(Buf& b, size_t count, uint64_t seed) {
+void fill_random(const cuda::DeviceBuffer& b, size_t count, uint64_t seed) {
   std::vector<uint16_t> h(count);
   uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
   for (auto& v : h) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
     v = f32_to_bf16(float(double(x >> 11) * 0x1.0p-53 * 2.0 - 1.0));
   }
-  ok(cudaMemcpy(b.p, h.data(), count * 2, cudaMemcpyHostToDevice), "upload");
+  ok(cudaMemcpy(b.get(), h.data(), count * 2, cudaMemcpyHostToDevice), "upload");
 }
 
 void run(int iters, const std::string& json_path) {
@@ -56,11 +49,12 @@ void run(int iters, const std::string& json_path) {
   for (const Case& c : cases) maxL = std::max(maxL, c.start + c.T);
   cudaDeviceProp prop{};
   ok(cudaGetDeviceProperties(&prop, 0), "device properties");
-  Buf q(size_t(maxL) * heads * dk * 2), kv(size_t(maxL) * heads * (nope + vdim) * 2), pe(size_t(maxL) * rope * 2);
+  const auto q = bench_buffer(size_t(maxL) * heads * dk * 2), kv = bench_buffer(size_t(maxL) * heads * (nope + vdim) * 2),
+             pe = bench_buffer(size_t(maxL) * rope * 2);
   fill_random(q, size_t(maxL) * heads * dk, 1);
   fill_random(kv, size_t(maxL) * heads * (nope + vdim), 2);
   fill_random(pe, size_t(maxL) * rope, 3);
-  Buf out(size_t(maxL) * heads * vdim * 2);
+  const auto out = bench_buffer(size_t(maxL) * heads * vdim * 2);
   cudaStream_t s;
   ok(cudaStreamCreate(&s), "stream");
   cudaEvent_t e0, e1;
@@ -77,10 +71,10 @@ void run(int iters, const std::string& json_path) {
     for (int i = 0; i < c.T; ++i) pairs += double(c.start + i + 1);
     const double flops = 2.0 * heads * (dk + vdim) * pairs;
     rs::cuda::MlaPrefillParams p;
-    p.q = static_cast<const __nv_bfloat16*>(q.p);  // the chunk's queries: rows [0, T)
-    p.kv = static_cast<const __nv_bfloat16*>(kv.p);
-    p.kpe = static_cast<const __nv_bfloat16*>(pe.p);
-    p.out = static_cast<__nv_bfloat16*>(out.p);
+    p.q = static_cast<const __nv_bfloat16*>(q.get());  // the chunk's queries: rows [0, T)
+    p.kv = static_cast<const __nv_bfloat16*>(kv.get());
+    p.kpe = static_cast<const __nv_bfloat16*>(pe.get());
+    p.out = static_cast<__nv_bfloat16*>(out.get());
     p.T = c.T;
     p.start = c.start;
     p.heads = heads;
