@@ -345,7 +345,6 @@ void EngineImpl::step() {
   Batch batch;
   batch.block_copies = plan.block_copies;
   batch.seqs.reserve(plan.seqs.size());
-  std::vector<bool> want_logits(plan.seqs.size(), false);
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& sc = plan.seqs[i];
     Sequence* s = sc.seq;
@@ -357,8 +356,7 @@ void EngineImpl::step() {
     st.block_table = s->block_table;
     st.sample = sc.sample;
     // Position p's logits score prompt token p + 1: only the prefill up to P - 1 matters.
-    want_logits[i] = r->req.prompt_logprobs && !r->prompt_logprobs_done && s->num_computed < r->prompt_len() - 1;
-    st.return_logits = want_logits[i];
+    st.return_logits = r->req.prompt_logprobs && !r->prompt_logprobs_done && s->num_computed < r->prompt_len() - 1;
     st.sampling.params =
         static_cast<int>(s->output_tokens.size()) < r->req.min_tokens ? &s->sampling_min : &s->sampling;
     st.sampling.prompt_tokens = r->req.prompt;
@@ -388,7 +386,7 @@ void EngineImpl::step() {
     const ScheduledSeq& sc = plan.seqs[i];
     Sequence* s = sc.seq;
     if (is_terminal(s->state)) continue;  // failed earlier in this loop
-    if (want_logits[i]) {
+    if (batch.seqs[i].return_logits) {
       const size_t expect = static_cast<size_t>(sc.num_tokens) * vocab_;
       if (results[i].logits.size() != expect) {
         fail_request(s->request, "backend returned " + std::to_string(results[i].logits.size()) +
