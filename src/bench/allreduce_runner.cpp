@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "bench/bench_buffer.h"
+#include "bench/bench_stats.h"
 #include "common/error.h"
 #include "kernels/comm/comm_layout.h"
 #include "parallel/cuda_check.h"
@@ -15,11 +16,6 @@ namespace rs::bench {
 namespace {
 
 using parallel::cuda_check;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // Random values in [-1, 1) in the element type, different per rank and buffer.
 std::vector<unsigned char> random_bytes(uint64_t count, DType t, uint64_t seed) {

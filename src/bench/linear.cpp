@@ -21,6 +21,7 @@
 #include "backend/cuda/linear.h"
 #include "bench/bench_buffer.h"
 #include "bench/bench_commands.h"
+#include "bench/bench_stats.h"
 #include "common/error.h"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/moe_decode_launch.h"
@@ -33,11 +34,6 @@ using rs::cuda::WeightType;
 
 void ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("bench linear: ") + what + ": " + cudaGetErrorString(e));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // --gemm-ab: time eagerly (stream order, no graph), because the cuBLASLt expert path reads the
