@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -69,14 +68,6 @@ double percentile(std::vector<double> v, double q) {
   return v[i];
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error("--config: cannot read '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 void run_forward(const ForwardArgs& a) {
   using clock = std::chrono::steady_clock;
   if (a.model.empty() == a.config.empty()) throw Error("give exactly one of --model DIR and --config FILE");
@@ -94,7 +85,7 @@ void run_forward(const ForwardArgs& a) {
   if (a.phase == "decode" && a.tokens > 1) throw Error("--tokens must be 1 for --phase decode");
   if (T > a.context) throw Error("--tokens (" + std::to_string(T) + ") exceeds --context (" + std::to_string(a.context) + ")");
 
-  ModelSpec spec = a.config.empty() ? load_model_spec(a.model) : parse_model_spec(read_file(a.config), a.config);
+  ModelSpec spec = a.config.empty() ? load_model_spec(a.model) : parse_model_spec(read_text_file(a.config), a.config);
   const bool want_fp8 = a.quantization == "fp8" || a.dtype == "fp8";
   if (a.dtype == "bf16" && spec.quant.fp8_block)
     throw Error("--dtype bf16: this checkpoint is FP8 (dequantised bf16 serving is not offered)");
