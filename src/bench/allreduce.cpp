@@ -9,6 +9,7 @@
 #include <memory>
 #include <sstream>
 
+#include "backend/cuda/cuda_backend.h"
 #include "bench/allreduce_runner.h"
 #include "bench/bench_commands.h"
 #include "common/error.h"
@@ -79,15 +80,6 @@ std::string cell(const ArTiming& t) {
   return buf;
 }
 
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -97,7 +89,7 @@ std::string utc_now() {
 
 // Rank 0 of a 2-rank group runs alone: its spin-wait must end in the diagnostic and a trap.
 void run_hang_selftest() {
-  const int gpus = device_count();
+  const int gpus = cuda_device_count(nullptr);
   auto topo = parallel::Topology::make(2, 1, std::min(gpus, 2));
   parallel::CommConfig cfg;
   cfg.enable_nccl = false;
@@ -128,7 +120,7 @@ void run(const AllReduceCliOptions& o) {
   else if (o.dtype == "fp32") dtype = DType::F32;
   else throw Error("--dtype " + o.dtype + ": expected bf16 or fp32");
   if (o.reps < 1) throw Error("--reps must be >= 1");
-  const int gpus = device_count();
+  const int gpus = cuda_device_count(nullptr);
   if (gpus < 1) throw Error("bench allreduce needs a CUDA GPU (found none)");
   const int tp = o.tp > 0 ? o.tp : std::max(gpus, 2);
   const auto topo = parallel::Topology::make(tp, o.trays, gpus);
