@@ -82,8 +82,8 @@ void NcclComms::all_reduce(int rank, const void* in, void* out, size_t count, DT
     case DType::F32: t = nccl_abi::kFloat32; break;
     default: throw Error(std::string("all-reduce of ") + dtype_name(type) + ": only BF16 and F32 are supported");
   }
-  check(*lib_, lib_->AllReduce(in, out, count, t, nccl_abi::kSum, comms_.at(rank), stream),
-        "ncclAllReduce on rank " + std::to_string(rank));
+  const nccl_abi::Result r = lib_->AllReduce(in, out, count, t, nccl_abi::kSum, comms_.at(rank), stream);
+  if (r != 0) check(*lib_, r, "ncclAllReduce on rank " + std::to_string(rank));  // message built on failure only
 }
 
 int NcclComms::version() const { return lib_->version; }
