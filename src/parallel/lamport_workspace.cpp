@@ -32,11 +32,7 @@ uint64_t LamportWorkspace::state_bytes() {
 
 LamportWorkspace::LamportWorkspace(const Topology& topo, comm::ElemType type, LamportShape shape,
                                    uint64_t timeout_ns)
-    : topo_(topo),
-      type_(type),
-      shape_(validated(shape)),
-      timeout_ns_(timeout_ns),
-      mem_(topo, state_bytes() + buffers_bytes(shape)) {
+    : type_(type), shape_(validated(shape)), mem_(topo, state_bytes() + buffers_bytes(shape)) {
   int current = 0;
   cuda_check(cudaGetDevice(&current), "cudaGetDevice");
   for (int r = 0; r < topo.size(); ++r) {
@@ -50,20 +46,21 @@ LamportWorkspace::LamportWorkspace(const Topology& topo, comm::ElemType type, La
     cuda_check(cudaDeviceSynchronize(), "arming comm workspace of rank " + std::to_string(r));
   }
   cuda_check(cudaSetDevice(current), "cudaSetDevice");
+  for (int r = 0; r < topo.size(); ++r) views_.push_back(make_view(topo, r, timeout_ns));
 }
 
-comm::LamportView LamportWorkspace::view(int rank) const {
+comm::LamportView LamportWorkspace::make_view(const Topology& topo, int rank, uint64_t timeout_ns) const {
   comm::LamportView v{};
-  for (int p = 0; p < topo_.size(); ++p)
+  for (int p = 0; p < topo.size(); ++p)
     v.buffers[p] = reinterpret_cast<uint4*>(static_cast<char*>(mem_.ptr(p)) + state_bytes());
   v.state = reinterpret_cast<comm::LamportState*>(mem_.ptr(rank));
   v.region_vecs = static_cast<uint32_t>(shape_.region_bytes / comm::kVecBytes);
   v.regions = shape_.regions;
   v.rank = rank;
-  v.nranks = topo_.size();
-  const auto order = topo_.write_order(rank);
-  for (int i = 0; i < topo_.size(); ++i) v.write_order[i] = order[i];
-  v.timeout_ns = timeout_ns_;
+  v.nranks = topo.size();
+  const auto order = topo.write_order(rank);
+  for (int i = 0; i < topo.size(); ++i) v.write_order[i] = order[i];
+  v.timeout_ns = timeout_ns;
   return v;
 }
 

@@ -4,6 +4,7 @@
 // One per (algorithm, element type): the sentinel differs between bf16 and fp32, so a buffer
 // armed for one type cannot serve the other.
 #include <cstdint>
+#include <vector>
 
 #include "kernels/comm/comm_layout.h"
 #include "parallel/peer_memory.h"
@@ -22,7 +23,8 @@ class LamportWorkspace {
   LamportWorkspace(const Topology& topo, comm::ElemType type, LamportShape shape,
                    uint64_t timeout_ns);
 
-  comm::LamportView view(int rank) const;
+  // The kernel-side view of one rank, built once by the constructor: every launch passes one.
+  const comm::LamportView& view(int rank) const { return views_.at(static_cast<size_t>(rank)); }
   comm::ElemType type() const { return type_; }
   int ctas() const { return shape_.ctas; }
   uint64_t region_bytes() const { return shape_.region_bytes; }
@@ -30,11 +32,11 @@ class LamportWorkspace {
 
  private:
   static uint64_t state_bytes();
-  Topology topo_;
+  comm::LamportView make_view(const Topology& topo, int rank, uint64_t timeout_ns) const;
   comm::ElemType type_;
   LamportShape shape_;
-  uint64_t timeout_ns_;
   SymmetricAllocation mem_;
+  std::vector<comm::LamportView> views_;  // [rank]
 };
 
 }  // namespace rs::parallel
