@@ -1,6 +1,6 @@
 #pragma once
-#include "kernels/common/reduce.cuh"
 #include "kernels/ops/kv_cache_params.h"
+#include "kernels/ops/rmsnorm.cuh"
 #include "kernels/ops/rope.cuh"
 
 namespace rs::cuda {
@@ -9,14 +9,7 @@ __device__ __forceinline__ void kv_write_token(const KvWriteParams& p, int t) {
   __shared__ float scratch[32];
   const __nv_bfloat16* in = p.kv_a + static_cast<int64_t>(t) * p.kv_a_stride;
   __nv_bfloat16* out = p.cache + static_cast<int64_t>(p.slots[t]) * (p.kv_lora + p.rope.rope_dim);
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < p.kv_lora; i += blockDim.x) {
-    float v = __bfloat162float(in[i]);
-    ss += v * v;
-  }
-  const float inv = rsqrtf(block_sum(ss, scratch) / p.kv_lora + p.eps);
-  for (int i = threadIdx.x; i < p.kv_lora; i += blockDim.x)
-    out[i] = __float2bfloat16(__bfloat162float(in[i]) * inv * p.norm_weight[i]);
+  rmsnorm_bf16_row(in, out, p.norm_weight, p.kv_lora, p.eps, scratch);
   const int half = p.rope.rope_dim / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x)
     rope_apply_pair(p.rope, p.positions[t], i, in + p.kv_lora, out + p.kv_lora);

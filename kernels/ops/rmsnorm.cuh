@@ -95,18 +95,24 @@ __host__ __device__ inline bool add_rmsnorm_vectorized(int hidden) {
   return hidden % 4 == 0 && hidden / 4 <= kAddRmsNormThreads * kAddRmsNormMaxChunks;
 }
 
-__device__ __forceinline__ void rmsnorm_row(const RmsNormRowsParams& p, int row) {
-  __shared__ float scratch[32];
-  const __nv_bfloat16* in = p.in + static_cast<int64_t>(row) * p.in_stride;
-  __nv_bfloat16* out = p.out + static_cast<int64_t>(row) * p.out_stride;
+// One bf16 row normalised by the whole block; `scratch` is block_sum's (32 floats).
+__device__ __forceinline__ void rmsnorm_bf16_row(const __nv_bfloat16* in, __nv_bfloat16* out,
+                                                 const float* weight, int width, float eps,
+                                                 float* scratch) {
   float ss = 0.f;
-  for (int i = threadIdx.x; i < p.width; i += blockDim.x) {
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
     float v = __bfloat162float(in[i]);
     ss += v * v;
   }
-  const float inv = rsqrtf(block_sum(ss, scratch) / p.width + p.eps);
-  for (int i = threadIdx.x; i < p.width; i += blockDim.x)
-    out[i] = __float2bfloat16(__bfloat162float(in[i]) * inv * p.weight[i]);
+  const float inv = rsqrtf(block_sum(ss, scratch) / width + eps);
+  for (int i = threadIdx.x; i < width; i += blockDim.x)
+    out[i] = __float2bfloat16(__bfloat162float(in[i]) * inv * weight[i]);
+}
+
+__device__ __forceinline__ void rmsnorm_row(const RmsNormRowsParams& p, int row) {
+  __shared__ float scratch[32];
+  rmsnorm_bf16_row(p.in + static_cast<int64_t>(row) * p.in_stride,
+                   p.out + static_cast<int64_t>(row) * p.out_stride, p.weight, p.width, p.eps, scratch);
 }
 
 }  // namespace rs::cuda
