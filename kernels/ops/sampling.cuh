@@ -16,26 +16,16 @@ struct Scratch {
   int best_i[32];
 };
 
-__device__ __forceinline__ double block_sum_d(double v, Scratch& s) {
+// Sum over the block (double for probability mass, int for counts); slots: one per warp.
+template <typename T>
+__device__ __forceinline__ T block_total(T v, T* slots) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if (lane == 0) s.d[warp] = v;
+  if (lane == 0) slots[warp] = v;
   __syncthreads();
-  double t = 0;
-  for (int k = 0; k < nw; ++k) t += s.d[k];
-  __syncthreads();
-  return t;
-}
-
-__device__ __forceinline__ int block_sum_i(int v, Scratch& s) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if (lane == 0) s.i[warp] = v;
-  __syncthreads();
-  int t = 0;
-  for (int k = 0; k < nw; ++k) t += s.i[k];
+  T t = 0;
+  for (int k = 0; k < nw; ++k) t += slots[k];
   __syncthreads();
   return t;
 }
@@ -162,7 +152,7 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
     mx = block_max(mx, S.f);
     double sum = 0;
     for (int i = i0; i < i1; ++i) { const float e = expf(w[i] - mx); w[i] = e; sum += e; }
-    sum = block_sum_d(sum, S);
+    sum = block_total(sum, S.d);
     float pmax = 0.f;
     for (int i = i0; i < i1; ++i) { w[i] = static_cast<float>(w[i] / sum); pmax = fmaxf(pmax, w[i]); }
     pmax = block_max(pmax, S.f);
@@ -171,14 +161,14 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
     const float minp_thr = r.min_p > 0.f ? r.min_p * pmax : 0.f;
     int local = 0;
     for (int i = i0; i < i1; ++i) local += w[i] >= minp_thr;
-    int K = block_sum_i(local, S);
+    int K = block_total(local, S.i);
     if (r.top_k > 0 && r.top_k < K) K = r.top_k;
     // tau: the K-th largest probability (largest bit pattern with count(>= tau) >= K;
     // positive floats order like their bits). Ties at tau are kept lowest id first.
     auto count_ge = [&](unsigned bits) {
       int c = 0;
       for (int i = i0; i < i1; ++i) c += __float_as_uint(w[i]) >= bits;
-      return block_sum_i(c, S);
+      return block_total(c, S.i);
     };
     unsigned lo = 0, hi = 0x7f800000u;
     while (lo < hi) {
@@ -188,7 +178,7 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
     const float tau = __uint_as_float(lo);
     int gt = 0, ties = 0;
     for (int i = i0; i < i1; ++i) { gt += w[i] > tau; ties += w[i] == tau; }
-    const int need_ties = K - block_sum_i(gt, S);
+    const int need_ties = K - block_total(gt, S.i);
     int tie_rank = block_exclusive_scan(ties, scan_i);
     // keep1 marks: 1 kept; encoded in flag scratch? keep in-register by recomputation instead.
     auto kept1 = [&](int i, int& rank) {
@@ -199,7 +189,7 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
     if (r.top_p < 1.0f) {
       double mass = 0;
       { int rk = tie_rank; for (int i = i0; i < i1; ++i) if (kept1(i, rk)) mass += w[i]; }
-      const double kept_mass = block_sum_d(mass, S);
+      const double kept_mass = block_total(mass, S.d);
       const double target = static_cast<double>(r.top_p) * kept_mass;
       // tau2: largest bit pattern whose kept mass at or above it still reaches target.
       auto mass_ge = [&](unsigned bits) {
@@ -209,7 +199,7 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
           const bool k = kept1(i, rk);
           if (k && __float_as_uint(w[i]) >= bits) m += w[i];
         }
-        return block_sum_d(m, S);
+        return block_total(m, S.d);
       };
       unsigned lo2 = lo, hi2 = 0x7f800000u;
       while (lo2 < hi2) {
@@ -225,7 +215,7 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
           if (k && w[i] > tau2) m_gt += w[i];
           if (k && w[i] == tau2) ++ties2;
         } }
-      m_gt = block_sum_d(m_gt, S);
+      m_gt = block_total(m_gt, S.d);
       const int need2 = tau2 > 0.f ? static_cast<int>(ceil((target - m_gt) / tau2 - 1e-9)) : 0;
       const int tie2_rank = block_exclusive_scan(ties2, scan_i);
       // Final kept set: drop ranks past the top_p prefix by zeroing their probability.
@@ -244,7 +234,7 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
     double local_mass = 0;
     int last_kept = -1;
     for (int i = i0; i < i1; ++i) if (w[i] >= 0.f) { local_mass += w[i]; last_kept = i; }
-    const double total = block_sum_d(local_mass, S);
+    const double total = block_total(local_mass, S.d);
     const double target = static_cast<double>(r.uniform) * total;
     const double before = block_exclusive_scan(local_mass, scan_d);
     if (threadIdx.x == 0) chosen_s = -1;
@@ -283,7 +273,7 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
   double sum = 0;
 #pragma unroll 4
   for (int i = threadIdx.x; i < V; i += blockDim.x) sum += static_cast<double>(expf(raw[i] - mx));
-  sum = block_sum_d(sum, S);
+  sum = block_total(sum, S.d);
   const float lse = mx + static_cast<float>(log(sum));
   SampleResult* out = p.out + b;
   if (threadIdx.x == 0) { out->id = chosen; out->logprob = raw[chosen] - lse; }
