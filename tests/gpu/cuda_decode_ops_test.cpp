@@ -43,23 +43,7 @@ void run_fused_router_case(const RouterCase& c, int n, uint64_t seed, bool with_
   lg.n = n;
   lg.hidden = c.hidden;
   lg.vocab = c.E;
-  cu::MoeRouterParams p;
-  p.logits = dlog.ptr;
-  p.bias = c.tm == rs::TopkMethod::NoauxTc ? dbias.ptr : nullptr;
-  p.n = n;
-  p.experts = c.E;
-  p.top_k = c.k;
-  p.n_group = c.groups;
-  p.topk_group = c.topk_groups;
-  p.scoring = c.sf == rs::ScoringFunc::Softmax ? cu::RouterScoring::Softmax : cu::RouterScoring::Sigmoid;
-  p.method = c.tm == rs::TopkMethod::Greedy ? cu::RouterTopk::Greedy
-             : c.tm == rs::TopkMethod::GroupLimitedGreedy ? cu::RouterTopk::GroupLimitedGreedy
-                                                           : cu::RouterTopk::NoauxTc;
-  p.normalize = c.v3 ? c.norm : (c.norm && c.k > 1);
-  p.scale_after_normalize = c.v3;
-  p.routed_scaling = float(c.scale);
-  p.topk_ids = dids.ptr;
-  p.topk_weights = dwt.ptr;
+  cu::MoeRouterParams p = router_params(c, dlog.ptr, dbias.ptr, n, dids.ptr, dwt.ptr);
   p.margins = dmargin.ptr;
   INFO("E " << c.E << " k " << c.k << " hidden " << c.hidden << " n " << n << " norm " << with_norm);
   REQUIRE(cu::moe_router_fused_supported(lg, p));

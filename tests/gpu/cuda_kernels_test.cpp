@@ -170,22 +170,7 @@ TEST_CASE("moe router: softmax/sigmoid x greedy/group_limited/noaux_tc select as
     for (auto& v : bias) v = rng.normal(0.05f);
     Dev<float> dlog(logits), dbias(bias), dwt(size_t(n) * c.k);
     Dev<int32_t> dids(size_t(n) * c.k);
-    cu::MoeRouterParams p;
-    p.logits = dlog.ptr;
-    p.bias = c.tm == rs::TopkMethod::NoauxTc ? dbias.ptr : nullptr;
-    p.n = n;
-    p.experts = c.E;
-    p.top_k = c.k;
-    p.n_group = c.groups;
-    p.topk_group = c.topk_groups;
-    p.scoring = c.sf == rs::ScoringFunc::Softmax ? cu::RouterScoring::Softmax : cu::RouterScoring::Sigmoid;
-    p.method = c.tm == rs::TopkMethod::Greedy ? cu::RouterTopk::Greedy
-               : c.tm == rs::TopkMethod::GroupLimitedGreedy ? cu::RouterTopk::GroupLimitedGreedy : cu::RouterTopk::NoauxTc;
-    p.normalize = c.v3 ? c.norm : (c.norm && c.k > 1);
-    p.scale_after_normalize = c.v3;
-    p.routed_scaling = float(c.scale);
-    p.topk_ids = dids.ptr;
-    p.topk_weights = dwt.ptr;
+    cu::MoeRouterParams p = router_params(c, dlog.ptr, dbias.ptr, n, dids.ptr, dwt.ptr);
     cu::launch_moe_router(p, 0);
     auto ids = dids.host();
     auto wts = dwt.host();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "kernels/ops/moe_router_params.h"
 #include "model/model_spec.h"
 #include "model/numerics.h"
 
@@ -56,6 +57,30 @@ inline ModelSpec router_spec(const RouterCase& c) {
   s.norm_topk_prob = c.norm;
   s.routed_scaling_factor = c.scale;
   return s;
+}
+
+// The router kernel's parameters for a RouterCase, as the forward pass derives them from the
+// ModelSpec; the correction bias reaches the kernel only for noaux_tc.
+inline cuda::MoeRouterParams router_params(const RouterCase& c, const float* logits, const float* bias, int n,
+                                           int32_t* topk_ids, float* topk_weights) {
+  cuda::MoeRouterParams p;
+  p.logits = logits;
+  p.bias = c.tm == TopkMethod::NoauxTc ? bias : nullptr;
+  p.n = n;
+  p.experts = c.E;
+  p.top_k = c.k;
+  p.n_group = c.groups;
+  p.topk_group = c.topk_groups;
+  p.scoring = c.sf == ScoringFunc::Softmax ? cuda::RouterScoring::Softmax : cuda::RouterScoring::Sigmoid;
+  p.method = c.tm == TopkMethod::Greedy ? cuda::RouterTopk::Greedy
+             : c.tm == TopkMethod::GroupLimitedGreedy ? cuda::RouterTopk::GroupLimitedGreedy
+                                                       : cuda::RouterTopk::NoauxTc;
+  p.normalize = c.v3 ? c.norm : (c.norm && c.k > 1);
+  p.scale_after_normalize = c.v3;
+  p.routed_scaling = float(c.scale);
+  p.topk_ids = topk_ids;
+  p.topk_weights = topk_weights;
+  return p;
 }
 
 template <class T>
