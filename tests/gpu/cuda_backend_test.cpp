@@ -66,6 +66,23 @@ std::vector<Prompt> load_expected(const std::string& dir, int vocab) {
   return out;
 }
 
+// A fixture model on the GPU with num_blocks KV blocks of kBlock tokens. Built in place (not
+// movable): the backend is made from this object's spec and weights.
+struct GpuFixture {
+  rs::ModelSpec spec;
+  std::unique_ptr<rs::Weights> weights;
+  std::unique_ptr<rs::Backend> gpu;
+  GpuFixture(const std::string& dir, int num_blocks)
+      : spec(rs::load_model_spec(dir)), weights(rs::Weights::load(dir, spec)), gpu(rs::make_cuda_backend(spec, *weights)) {
+    rs::KvConfig kv;
+    kv.block_size = kBlock;
+    kv.num_blocks = num_blocks;
+    gpu->init_kv(kv);
+  }
+  GpuFixture(const GpuFixture&) = delete;
+  GpuFixture& operator=(const GpuFixture&) = delete;
+};
+
 // A sequence with its own blocks [first, first + n).
 std::vector<int32_t> blocks_from(int first, int n) {
   std::vector<int32_t> b(n);
@@ -283,14 +300,9 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
 
 TEST_CASE("cuda backend: a prefix-cache hit (start_pos > 0) and block copies give the logits of a full prefill") {
   if (skip_without_gpu("cuda backend prefix")) return;
-  const std::string dir = std::string(RS_FIXTURES_DIR) + "/models/tiny-v3";
-  rs::ModelSpec spec = rs::load_model_spec(dir);
-  auto weights = rs::Weights::load(dir, spec);
-  auto gpu = rs::make_cuda_backend(spec, *weights);
-  rs::KvConfig kv;
-  kv.block_size = kBlock;
-  kv.num_blocks = 32;
-  gpu->init_kv(kv);
+  GpuFixture fx(std::string(RS_FIXTURES_DIR) + "/models/tiny-v3", 32);
+  const rs::ModelSpec& spec = fx.spec;
+  auto& gpu = fx.gpu;
   const int V = spec.vocab_size;
   std::vector<int32_t> ids;
   for (int i = 0; i < 50; ++i) ids.push_back(2 + (i * 37) % (V - 2));
@@ -327,14 +339,9 @@ TEST_CASE("cuda backend: a prefix-cache hit (start_pos > 0) and block copies giv
 
 TEST_CASE("cuda backend: bad batches are rs::Error, not crashes") {
   if (skip_without_gpu("cuda backend errors")) return;
-  const std::string dir = std::string(RS_FIXTURES_DIR) + "/models/tiny-v3-noqlora";
-  rs::ModelSpec spec = rs::load_model_spec(dir);
-  auto weights = rs::Weights::load(dir, spec);
-  auto gpu = rs::make_cuda_backend(spec, *weights);
-  rs::KvConfig kv;
-  kv.block_size = kBlock;
-  kv.num_blocks = 4;
-  gpu->init_kv(kv);
+  GpuFixture fx(std::string(RS_FIXTURES_DIR) + "/models/tiny-v3-noqlora", 4);
+  const rs::ModelSpec& spec = fx.spec;
+  auto& gpu = fx.gpu;
   std::vector<int32_t> tok = {spec.vocab_size}, ok_tok = {3}, table = {0}, bad_table = {9};
   rs::Batch b;
   rs::SeqStep s;
