@@ -127,7 +127,7 @@ struct Experts {
   int E, hidden, inter, top_k;
   std::vector<std::vector<uint16_t>> gate, up, down;  // host copies for the reference
   std::vector<std::unique_ptr<DeviceBuf<uint16_t>>> bufs;
-  std::unique_ptr<DeviceBuf<DeviceMatrix>> dg, du, dd;
+  std::unique_ptr<DeviceExpertTables> tables;
   rs::cuda::MoeExperts set;
 
   Experts(int e, int hid, int in, int k, bool stacked, Rng& rng, bool host_copies = true)
@@ -165,16 +165,8 @@ struct Experts {
       bufs.push_back(std::move(dn));
     }
     cuda_ok(cudaDeviceSynchronize(), "expert weights");
-    dg = std::make_unique<DeviceBuf<DeviceMatrix>>(hg);
-    du = std::make_unique<DeviceBuf<DeviceMatrix>>(hu);
-    dd = std::make_unique<DeviceBuf<DeviceMatrix>>(hd);
-    set.num_experts = E;
-    set.hidden = hidden;
-    set.inter = inter;
-    set.gate = dg->ptr;
-    set.up = du->ptr;
-    set.down = dd->ptr;
-    set.type = WeightType::BF16;
+    tables = std::make_unique<DeviceExpertTables>(hg, hu, hd);
+    set = tables->experts(hidden, inter, WeightType::BF16);
   }
 
   // Distinct experts per token; skewed so some experts get many tokens and some none.

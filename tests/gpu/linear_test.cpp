@@ -222,7 +222,7 @@ struct MoeFixture {
   int E, hidden, inter, top_k;
   WeightType type;
   std::vector<std::unique_ptr<TestMatrix>> gate, up, down;
-  std::unique_ptr<DeviceBuf<DeviceMatrix>> dgate, dup, ddown;
+  std::unique_ptr<DeviceExpertTables> tables;
   rs::cuda::MoeExperts experts;
   // Shared experts as HF stores them: [n_shared * inter, hidden] gate / up, [hidden, n_shared *
   // inter] down. The reference runs them as one dense SwiGLU MLP of that width.
@@ -240,16 +240,8 @@ struct MoeFixture {
       hu.push_back(up.back()->dm);
       hd.push_back(down.back()->dm);
     }
-    dgate = std::make_unique<DeviceBuf<DeviceMatrix>>(hg);
-    dup = std::make_unique<DeviceBuf<DeviceMatrix>>(hu);
-    ddown = std::make_unique<DeviceBuf<DeviceMatrix>>(hd);
-    experts.num_experts = E;
-    experts.hidden = hidden;
-    experts.inter = inter;
-    experts.gate = dgate->ptr;
-    experts.up = dup->ptr;
-    experts.down = ddown->ptr;
-    experts.type = t;
+    tables = std::make_unique<DeviceExpertTables>(hg, hu, hd);
+    experts = tables->experts(hidden, inter, t);
     if (n_shared > 0) {
       sgate = std::make_unique<TestMatrix>(t, int64_t(n_shared) * inter, hidden, rng);
       sup = std::make_unique<TestMatrix>(t, int64_t(n_shared) * inter, hidden, rng);

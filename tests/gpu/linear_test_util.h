@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "kernels/ops/linear_params.h"
 #include "model/numerics.h"
 
 namespace rs::test {
@@ -73,6 +75,26 @@ struct DeviceBuf {
   }
   // NaN bit patterns everywhere, so an element the kernel never wrote fails the comparison.
   void poison() { cuda_ok(cudaMemset(ptr, 0xff, n * sizeof(T)), "poison"); }
+};
+
+// The routed experts' per-expert matrix tables uploaded to the device, and the MoeExperts that
+// points at them (valid while this object lives).
+struct DeviceExpertTables {
+  DeviceBuf<rs::cuda::DeviceMatrix> gate, up, down;
+  DeviceExpertTables(const std::vector<rs::cuda::DeviceMatrix>& g, const std::vector<rs::cuda::DeviceMatrix>& u,
+                     const std::vector<rs::cuda::DeviceMatrix>& d)
+      : gate(g), up(u), down(d) {}
+  rs::cuda::MoeExperts experts(int hidden, int inter, rs::cuda::WeightType type) const {
+    rs::cuda::MoeExperts e;
+    e.num_experts = int(gate.n);
+    e.hidden = hidden;
+    e.inter = inter;
+    e.gate = gate.ptr;
+    e.up = up.ptr;
+    e.down = down.ptr;
+    e.type = type;
+    return e;
+  }
 };
 
 struct ErrorStats {
