@@ -62,6 +62,16 @@ double rel_between(const std::vector<uint16_t>& a, const std::vector<uint16_t>& 
   return relative_error(a, to_double(b)).rel;
 }
 
+// A bf16 weight matrix [rows, cols] over device data.
+DeviceMatrix bf16_matrix(const void* data, int64_t rows, int64_t cols) {
+  DeviceMatrix m;
+  m.type = WeightType::BF16;
+  m.rows = rows;
+  m.cols = cols;
+  m.data = data;
+  return m;
+}
+
 // ---- dense -------------------------------------------------------------------------------
 
 struct DenseCase {
@@ -75,11 +85,7 @@ void check_dense(const DenseCase& c, uint64_t seed) {
   auto wh = rng.bf16(size_t(c.rows * c.cols));
   auto xh = rng.bf16(size_t(c.m) * c.cols);
   DeviceBuf<uint16_t> w(wh), x(xh), y_lt(size_t(c.m) * c.rows), y_own(size_t(c.m) * c.rows);
-  DeviceMatrix dm;
-  dm.type = WeightType::BF16;
-  dm.rows = c.rows;
-  dm.cols = c.cols;
-  dm.data = w.ptr;
+  const DeviceMatrix dm = bf16_matrix(w.ptr, c.rows, c.cols);
   const size_t wsb = rs::cuda::linear_workspace_bytes(c.m, c.rows, c.cols);
   DeviceBuf<uint8_t> ws(wsb);
   auto* xp = reinterpret_cast<const __nv_bfloat16*>(x.ptr);
@@ -133,14 +139,6 @@ struct Experts {
   Experts(int e, int hid, int in, int k, bool stacked, Rng& rng, bool host_copies = true)
       : E(e), hidden(hid), inter(in), top_k(k) {
     std::vector<DeviceMatrix> hg, hu, hd;
-    auto mat = [](const void* p, int64_t r, int64_t c) {
-      DeviceMatrix m;
-      m.type = WeightType::BF16;
-      m.rows = r;
-      m.cols = c;
-      m.data = p;
-      return m;
-    };
     const size_t gsz = size_t(inter) * hidden;
     for (int i = 0; i < E; ++i) {
       auto pair = std::make_unique<DeviceBuf<uint16_t>>(2 * gsz);
@@ -158,9 +156,9 @@ struct Experts {
         rs::kern::launch_fill_random(pair->ptr, 2 * gsz * 2, 1000 + 2 * i, false, nullptr);
         rs::kern::launch_fill_random(dn->ptr, gsz * 2, 1001 + 2 * i, false, nullptr);
       }
-      hg.push_back(mat(pair->ptr + (stacked ? 0 : gsz), inter, hidden));
-      hu.push_back(mat(pair->ptr + (stacked ? gsz : 0), inter, hidden));
-      hd.push_back(mat(dn->ptr, hidden, inter));
+      hg.push_back(bf16_matrix(pair->ptr + (stacked ? 0 : gsz), inter, hidden));
+      hu.push_back(bf16_matrix(pair->ptr + (stacked ? gsz : 0), inter, hidden));
+      hd.push_back(bf16_matrix(dn->ptr, hidden, inter));
       bufs.push_back(std::move(pair));
       bufs.push_back(std::move(dn));
     }
@@ -380,11 +378,7 @@ TEST_CASE("cuBLASLt dense linear() is captured into a CUDA graph and replays wit
   const int m = 300;
   auto wh = rng.bf16(size_t(rows * cols));
   DeviceBuf<uint16_t> w(wh), x(rng.bf16(size_t(m) * cols)), y(size_t(m) * rows), y_eager(size_t(m) * rows);
-  DeviceMatrix dm;
-  dm.type = WeightType::BF16;
-  dm.rows = rows;
-  dm.cols = cols;
-  dm.data = w.ptr;
+  const DeviceMatrix dm = bf16_matrix(w.ptr, rows, cols);
   const size_t wsb = rs::cuda::linear_workspace_bytes(m, rows, cols);
   DeviceBuf<uint8_t> ws(wsb);
   cudaStream_t s;
