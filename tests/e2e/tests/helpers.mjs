@@ -79,29 +79,26 @@ export async function startServer(args = []) {
   };
 }
 
-// Every chunk of an openai stream: the concatenated text and the last finish_reason / usage.
-export async function drainChat(stream) {
+// Every chunk of an openai stream: the concatenated text (textOf picks a choice's piece) and the
+// last finish_reason / usage.
+async function drainStream(stream, textOf) {
   let text = '', finish = null, usage = null, chunks = 0;
   for await (const chunk of stream) {
     chunks++;
     if (chunk.usage) usage = chunk.usage;
     for (const ch of chunk.choices) {
-      if (ch.delta?.content) text += ch.delta.content;
+      const piece = textOf(ch);
+      if (piece) text += piece;
       if (ch.finish_reason) finish = ch.finish_reason;
     }
   }
   return { text, finish, usage, chunks };
 }
 
-export async function drainCompletion(stream) {
-  let text = '', finish = null, usage = null, chunks = 0;
-  for await (const chunk of stream) {
-    chunks++;
-    if (chunk.usage) usage = chunk.usage;
-    for (const ch of chunk.choices) {
-      if (ch.text) text += ch.text;
-      if (ch.finish_reason) finish = ch.finish_reason;
-    }
-  }
-  return { text, finish, usage, chunks };
+export function drainChat(stream) {
+  return drainStream(stream, (ch) => ch.delta?.content);
+}
+
+export function drainCompletion(stream) {
+  return drainStream(stream, (ch) => ch.text);
 }
