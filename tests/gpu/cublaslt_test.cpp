@@ -52,12 +52,6 @@ bool skip_gpu(const char* name) {
   return false;
 }
 
-std::vector<double> to_double(const std::vector<uint16_t>& v) {
-  std::vector<double> d(v.size());
-  for (size_t i = 0; i < v.size(); ++i) d[i] = bf16_to_float(v[i]);
-  return d;
-}
-
 double rel_between(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
   return relative_error(a, to_double(b)).rel;
 }

@@ -70,12 +70,6 @@ struct TestMatrix {
   }
 };
 
-std::vector<double> to_double(const std::vector<uint16_t>& v) {
-  std::vector<double> d(v.size());
-  for (size_t i = 0; i < v.size(); ++i) d[i] = bf16_to_float(v[i]);
-  return d;
-}
-
 struct LinearCase {
   WeightType type;
   int64_t rows, cols;

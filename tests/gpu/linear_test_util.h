@@ -77,6 +77,13 @@ struct DeviceBuf {
   void poison() { cuda_ok(cudaMemset(ptr, 0xff, n * sizeof(T)), "poison"); }
 };
 
+// bf16 bits to doubles, for the fp64 host references.
+inline std::vector<double> to_double(const std::vector<uint16_t>& v) {
+  std::vector<double> d(v.size());
+  for (size_t i = 0; i < v.size(); ++i) d[i] = bf16_to_float(v[i]);
+  return d;
+}
+
 // The routed experts' per-expert matrix tables uploaded to the device, and the MoeExperts that
 // points at them (valid while this object lives).
 struct DeviceExpertTables {
