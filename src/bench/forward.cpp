@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "bench/bench_commands.h"
 #include "common/error.h"
+#include "common/read_file.h"
 #include "model/model_spec.h"
 #include "model/weights.h"
 

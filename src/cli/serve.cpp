@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/read_file.h"
 #include "engine/engine.h"
 #include "model/default_model.h"
 #include "model/embedded_assets.h"

@@ -12,8 +12,8 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/read_file.h"
 #include "model/embedded_assets.h"
-#include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rs::cli {

@@ -3,23 +3,15 @@
 #include <algorithm>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/read_file.h"
 #include "model/safetensors.h"
 #include "model/weights_builder.h"
 
 namespace rs {
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 namespace {
 

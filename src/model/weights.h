@@ -16,9 +16,6 @@ namespace rs {
 std::vector<TensorInfo> expected_tensors(const ModelSpec& spec);
 std::vector<TensorInfo> expected_mtp_tensors(const ModelSpec& spec);
 
-// The whole file as bytes; rs::Error "PATH: cannot open" when it cannot be read.
-std::string read_text_file(const std::string& path);
-
 class Weights {
  public:
   // DIR/model.safetensors or DIR/model.safetensors.index.json + shards. Throws rs::Error with

@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/read_file.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/utf8.h"
 
@@ -42,14 +41,6 @@ AddedToken parse_added(const json& a, const std::string& where) {
   t.special = a.value("special", false);
   t.normalized = a.value("normalized", !t.special);
   return t;
-}
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw Error("cannot read " + p.string());
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 json parse_json(std::string_view text, const std::string& name) {
@@ -301,14 +292,14 @@ std::unique_ptr<Tokenizer> Tokenizer::from_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   const fs::path d(dir);
   if (!fs::exists(d / "tokenizer.json")) throw Error("no tokenizer.json in " + dir);
-  const json tj = parse_json(read_file(d / "tokenizer.json"), (d / "tokenizer.json").string());
+  const json tj = parse_json(read_text_file((d / "tokenizer.json").string()), (d / "tokenizer.json").string());
   json cfg = json::object();
   if (fs::exists(d / "tokenizer_config.json"))
-    cfg = parse_json(read_file(d / "tokenizer_config.json"), (d / "tokenizer_config.json").string());
+    cfg = parse_json(read_text_file((d / "tokenizer_config.json").string()), (d / "tokenizer_config.json").string());
   // generation_config.json's eos_token_id (an id or a list) also ends generation (Llama-3's <|eot_id|>).
   std::vector<int32_t> eos_extra;
   if (fs::exists(d / "generation_config.json")) {
-    const json gc = parse_json(read_file(d / "generation_config.json"), (d / "generation_config.json").string());
+    const json gc = parse_json(read_text_file((d / "generation_config.json").string()), (d / "generation_config.json").string());
     if (gc.contains("eos_token_id")) {
       const auto& e = gc["eos_token_id"];
       if (e.is_number_integer()) eos_extra.push_back(e.get<int32_t>());
