@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <pthread.h>
 #include <fstream>
 #include <thread>
@@ -119,14 +120,20 @@ struct LoadedModel {
   bool random_weights = false;
 };
 
-// --chat-template: the tokenizer is rebuilt from the same tokenizer.json with tokenizer_config's
-// chat_template replaced, so the override goes through the tokenizer's own template engine.
-// Like vLLM, the value is a file path when such a file exists, else the template text itself.
+// --chat-template, like vLLM: a file path when such a file exists, else the template text itself;
+// none when the flag is absent.
+std::optional<std::string> chat_template_text(const std::string& template_arg) {
+  if (template_arg.empty()) return std::nullopt;
+  std::ifstream probe(template_arg);
+  return probe.good() ? read_text_file(template_arg) : template_arg;
+}
+
+// The embedded tokenizer with tokenizer_config's chat_template replaced, so the override goes
+// through the tokenizer's own template engine (model directories: Tokenizer::from_dir does it).
 std::unique_ptr<Tokenizer> with_chat_template(std::string_view tokenizer_json,
                                               std::string_view tokenizer_config_json,
                                               const std::string& template_arg) {
-  std::ifstream probe(template_arg);
-  std::string tmpl = probe.good() ? read_text_file(template_arg) : template_arg;
+  const std::string tmpl = *chat_template_text(template_arg);
   nlohmann::json cfg;
   try {
     cfg = nlohmann::json::parse(tokenizer_config_json);
@@ -157,10 +164,7 @@ LoadedModel load_model(const ServeOptions& o) {
     throw Error("--load-format must be auto, safetensors or dummy (got '" + o.load_format + "')");
   m.spec = load_model_spec(o.model);
   if (Tokenizer::dir_has_tokenizer(o.model)) {
-    m.tokenizer = o.chat_template.empty()
-                      ? Tokenizer::from_dir(o.model)
-                      : with_chat_template(read_text_file(o.model + "/tokenizer.json"),
-                                           read_text_file(o.model + "/tokenizer_config.json"), o.chat_template);
+    m.tokenizer = Tokenizer::from_dir(o.model, chat_template_text(o.chat_template));
   } else if (o.load_format == "dummy") {
     // A config alone (e.g. ../shared/model-shapes) is enough to benchmark with random weights:
     // the embedded DeepSeek-V3 tokenizer stands in; ids it makes beyond the model's vocabulary

@@ -288,7 +288,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
   return std::make_unique<HfTokenizer>(tj, cfg, std::vector<int32_t>{});
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::from_dir(const std::string& dir) {
+std::unique_ptr<Tokenizer> Tokenizer::from_dir(const std::string& dir, const std::optional<std::string>& chat_template) {
   namespace fs = std::filesystem;
   const fs::path d(dir);
   if (!fs::exists(d / "tokenizer.json")) throw Error("no tokenizer.json in " + dir);
@@ -296,6 +296,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_dir(const std::string& dir) {
   json cfg = json::object();
   if (fs::exists(d / "tokenizer_config.json"))
     cfg = parse_json(read_text_file((d / "tokenizer_config.json").string()), (d / "tokenizer_config.json").string());
+  if (chat_template) cfg["chat_template"] = *chat_template;
   // generation_config.json's eos_token_id (an id or a list) also ends generation (Llama-3's <|eot_id|>).
   std::vector<int32_t> eos_extra;
   if (fs::exists(d / "generation_config.json")) {

@@ -18,7 +18,10 @@ class Tokenizer {
   // Throws rs::Error naming the file and what is wrong.
   static std::unique_ptr<Tokenizer> from_json(std::string_view tokenizer_json,
                                               std::string_view tokenizer_config_json);
-  static std::unique_ptr<Tokenizer> from_dir(const std::string& dir);  // tokenizer.json + tokenizer_config.json
+  // tokenizer.json + tokenizer_config.json (+ generation_config.json's eos ids); chat_template,
+  // when given, replaces tokenizer_config's (serve --chat-template).
+  static std::unique_ptr<Tokenizer> from_dir(const std::string& dir,
+                                             const std::optional<std::string>& chat_template = std::nullopt);
   static bool dir_has_tokenizer(const std::string& dir);
   virtual ~Tokenizer() = default;
 

@@ -1,6 +1,12 @@
 // UTF-8 handling, streaming detokenization, special-token accessors and load errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
+#include <fstream>
+
+#include <filesystem>
+
 #include <random>
 
 #include "common/error.h"
@@ -117,6 +123,21 @@ TEST_SUITE("unit.tokenizer") {
     CHECK_THROWS_AS(rs::Tokenizer::from_dir("/nonexistent-dir"), rs::Error);
     CHECK_FALSE(rs::Tokenizer::dir_has_tokenizer("/nonexistent-dir"));
     CHECK(rs::Tokenizer::dir_has_tokenizer(rs::test::tokenizer_dir("qwen3")));
+  }
+
+  TEST_CASE("from_dir with a chat_template override keeps generation_config's eos ids") {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / "rs-tok-override";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::copy_file(fs::path(rs::test::tokenizer_dir("llama3")) / "tokenizer.json", dir / "tokenizer.json");
+    std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": [128001, 128009]})";
+    // No tokenizer_config.json at all: the override alone provides the template.
+    const auto tok = rs::Tokenizer::from_dir(dir.string(), std::string("X{{ messages[0]['content'] }}"));
+    CHECK(tok->apply_chat_template(nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}}), false) == "Xhi");
+    const auto eos = tok->eos_ids();
+    CHECK(std::find(eos.begin(), eos.end(), 128009) != eos.end());
+    fs::remove_all(dir);
   }
 
   TEST_CASE("a tokenizer without chat_template says so") {
