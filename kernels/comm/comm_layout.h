@@ -65,6 +65,22 @@ struct TwoShotParams {
   ElemType type;
 };
 
+// Tray-first: ranks r = t * tray_size + l (tray t, position l). `tray` holds tray_size slots of
+// the element type (slot l: the data of position l of this rank's tray); `across` holds `trays`
+// slots of fp32 tray partials (slot t: tray t's partial, from the rank at this rank's position),
+// 16 / elem_size x as many vectors as `tray`. Both views share the buffer index: the rotation
+// state lives in `tray`'s LamportState; `across`'s holds its own re-arm extents.
+struct TrayFirstParams {
+  LamportView tray;
+  LamportView across;
+  const void* in;
+  void* out;
+  uint32_t count;      // elements; count * elem_size <= tray.region_vecs * 16
+  ElemType type;
+  int tray_size;       // R = ranks per tray
+  int trays;           // T
+};
+
 // A fused row is split into chunks of p.chunk_vecs vectors, one chunk per CTA (a whole row in
 // one CTA, or one chunk per CTA of a thread block cluster); each thread holds up to this many
 // vectors of its chunk in registers.

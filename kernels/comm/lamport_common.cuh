@@ -155,9 +155,10 @@ struct WaitSite {
   uint32_t* reported;  // this rank's LamportState::reported: the first timed-out thread prints
 };
 
+// `since`: when the wait began (0: now), for a caller that already spent part of the bound.
 template <class E>
-__device__ __noinline__ uint4 wait_slow(const uint4* p, uint64_t timeout_ns, WaitSite site) {
-  const uint64_t start = global_time_ns();
+__device__ __noinline__ uint4 wait_slow(const uint4* p, uint64_t timeout_ns, WaitSite site, uint64_t since = 0) {
+  const uint64_t start = since ? since : global_time_ns();
   for (uint32_t spin = 0;; ++spin) {
     const uint4 v = ld_volatile(p);
     if (!E::has_sentinel(v)) return v;
@@ -222,6 +223,100 @@ __device__ __forceinline__ void reduce_slots(const LamportView& ws, uint32_t buf
   }
 }
 
+// ---- waiting for several vectors at once ---------------------------------------------------
+// Spins until no vector addr(k) whose bit is set in `pending` holds the sentinel; v[k] holds a
+// poll of addr(k) already issued and ends as its data. Every spin re-polls *all* vectors still
+// missing, so a vector that lands while the thread waits for another is seen by the same round
+// trip. (Waiting for them one after another costs one more L2 round trip per vector: its first
+// poll, issued before the data landed, is stale by the time the thread gets to it.) The
+// addresses come from a functor, which the compiler may recompute rather than hold K 64-bit
+// pointers in registers (that spilled the fused 2-vector instance).
+template <class E, int K, class Addr>
+__device__ __forceinline__ void wait_ready_all(const LamportView& ws, const char* op, const Addr& addr,
+                                               uint4 (&v)[K], uint32_t pending) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if ((pending >> k & 1u) && !E::has_sentinel(v[k])) pending &= ~(1u << k);
+  if (pending == 0u) return;
+  const uint64_t start = global_time_ns();
+  for (uint32_t spin = 0; pending != 0u; ++spin) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (pending >> k & 1u) v[k] = ld_volatile(addr(k));
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if ((pending >> k & 1u) && !E::has_sentinel(v[k])) pending &= ~(1u << k);
+    if (pending != 0u && (spin & 255u) == 255u && global_time_ns() - start > ws.timeout_ns) {
+      // Past the bound: hand the first missing vector to the single-vector wait, its bound
+      // already spent, which names its buffer, slot and vector and traps (or returns, had it
+      // just landed).
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (!(pending >> k & 1u)) continue;
+        const uint64_t off = static_cast<uint64_t>(addr(k) - ws.buffers[ws.rank]);
+        const uint64_t region = off / ws.region_vecs;
+        v[k] = wait_slow<E>(addr(k), ws.timeout_ns,
+                            WaitSite{op, ws.rank, static_cast<uint32_t>(region / ws.regions),
+                                     static_cast<uint32_t>(region % ws.regions), off % ws.region_vecs,
+                                     &ws.state->reported},
+                            start);
+        pending &= ~(1u << k);
+      }
+    }
+  }
+}
+
+// The sum, in fp32 and in slot order 0..nslots-1, of kV vectors (vec[k], where active[k]) of
+// every slot of `buffer` in this rank's workspace; slot own_slot is this rank's own data own[k]
+// (never polled). All polls of a batch of slots, for every vector, are in flight together and
+// are waited for together (wait_ready_all); the order of the additions per element never
+// changes, so every rank computes the same bits.
+template <class E, int kV>
+__device__ __forceinline__ void reduce_slots_multi(const LamportView& ws, uint32_t buffer, const uint32_t (&vec)[kV],
+                                                   const bool (&active)[kV], const uint4 (&own)[kV], int nslots,
+                                                   int own_slot, const char* op, float (&acc)[kV][E::kLanes]) {
+  constexpr int kBatch = 4 / kV > 0 ? 4 / kV : 1;  // at most 4 polls in flight
+  const uint4* slot0 = ws.region(ws.rank, buffer, 0);
+  const uint64_t stride = ws.region_vecs;
+  // One batch of slots s0..s0+kBatch-1. The first batch sets acc (peeled, so acc holds no
+  // registers while the first polls are waited for: with N <= kBatch that is the only wait).
+  const auto batch = [&](int s0, bool first) {
+    // Poll idx = k * kBatch + i: vector vec[k] of slot s0 + i.
+    const auto addr = [&](int idx) { return slot0 + (s0 + idx % kBatch) * stride + vec[idx / kBatch]; };
+    uint4 val[kV * kBatch];
+    uint32_t pending = 0;
+#pragma unroll
+    for (int k = 0; k < kV; ++k)
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int s = s0 + i, idx = k * kBatch + i;
+        if (active[k] && s < nslots && s != own_slot) {
+          val[idx] = ld_volatile(addr(idx));
+          pending |= 1u << idx;
+        } else {
+          val[idx] = own[k];
+        }
+      }
+    wait_ready_all<E, kV * kBatch>(ws, op, addr, val, pending);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        float f[E::kLanes];
+        E::to_float(val[k * kBatch + i], f);
+        const bool in_range = s0 + i < nslots;
+#pragma unroll
+        for (int l = 0; l < E::kLanes; ++l) {
+          if (first && i == 0) acc[k][l] = f[l];  // slot 0 always exists
+          else if (in_range) acc[k][l] += f[l];
+        }
+      }
+    }
+  };
+  batch(0, true);
+  for (int s0 = kBatch; s0 < nslots; s0 += kBatch) batch(s0, false);
+}
+
 // ---- buffer rotation -------------------------------------------------------------------------
 // Call k uses buffer k % 3 and re-arms the buffer of call k-1, whose next use is call k+2.
 // Why that is safe without a barrier: this rank finished reading that buffer in call k-1 (this
@@ -234,17 +329,23 @@ __device__ __forceinline__ uint32_t previous_buffer(uint32_t buffer) {
   return (buffer + kLamportBuffers - 1) % kLamportBuffers;
 }
 
+// `dirty`: the previous buffer's extent (LamportState::dirty_vecs), which a caller may load
+// early so that its latency is not paid where the re-arm sits.
 template <class E>
-__device__ __forceinline__ void rearm_previous(const LamportView& ws, uint32_t buffer, int cta,
-                                               int ctas) {
+__device__ __forceinline__ void rearm_previous(const LamportView& ws, uint32_t buffer, int cta, int ctas,
+                                               uint32_t dirty) {
   const uint32_t prev = previous_buffer(buffer);
-  const uint32_t dirty = ws.state->dirty_vecs[prev];
   const uint64_t total = static_cast<uint64_t>(dirty) * ws.regions;
   const uint4 s = sentinel_vec<E>();
   for (uint64_t i = static_cast<uint64_t>(cta) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<uint64_t>(ctas) * blockDim.x) {
     ws.region(ws.rank, prev, static_cast<uint32_t>(i / dirty))[i % dirty] = s;
   }
+}
+
+template <class E>
+__device__ __forceinline__ void rearm_previous(const LamportView& ws, uint32_t buffer, int cta, int ctas) {
+  rearm_previous<E>(ws, buffer, cta, ctas, ws.state->dirty_vecs[previous_buffer(buffer)]);
 }
 
 // Kernel-wrapper side of the rotation: which buffer this CTA's call uses, and the advance after.

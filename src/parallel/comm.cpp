@@ -42,6 +42,7 @@ const char* algo_name(AllReduceAlgo a) {
     case AllReduceAlgo::lamport_oneshot: return "lamport-oneshot";
     case AllReduceAlgo::two_shot: return "two-shot";
     case AllReduceAlgo::nccl: return "nccl";
+    case AllReduceAlgo::tray_first: return "tray-first";
   }
   return "?";
 }
@@ -76,7 +77,9 @@ Comm::Comm(const Topology& topo, const CommConfig& config) : topo_(topo), config
   const int budget = topo.ranks_share_devices() ? std::max(1, sms / (2 * topo.ranks_per_device())) : sms;
   const int oneshot_ctas = std::min(budget, config.oneshot_max_ctas);
   const int fused_ctas = std::min(budget, config.fused_max_ctas);
+  const int fused_decode_ctas = std::max(1, std::min(fused_ctas, config.fused_decode_ctas));
   const int two_shot_ctas = config.two_shot_max_ctas > 0 ? std::min(budget, config.two_shot_max_ctas) : budget;
+  const int tray_ctas = std::min(budget, config.tray_first_max_ctas);
   const uint32_t n = static_cast<uint32_t>(topo.size());
   for (comm::ElemType t : {comm::ElemType::bf16, comm::ElemType::fp32}) {
     oneshot_.push_back(std::make_unique<LamportWorkspace>(
@@ -85,10 +88,24 @@ Comm::Comm(const Topology& topo, const CommConfig& config) : topo_(topo), config
     fused_.push_back(std::make_unique<LamportWorkspace>(
         topo, t, LamportShape{n, round_up(config.fused_capacity_bytes, comm::kVecBytes), fused_ctas},
         config.timeout_ns));
+    // Decode rows are small: a row of up to 1024 vectors (the whole-row kernel's limit) per row.
+    fused_decode_.push_back(std::make_unique<LamportWorkspace>(
+        topo, t,
+        LamportShape{n, std::max<uint64_t>(config.fused_decode_rows, 1) * comm::kFusedMaxThreads * 2 * comm::kVecBytes,
+                     fused_decode_ctas},
+        config.timeout_ns));
     two_shot_.push_back(std::make_unique<LamportWorkspace>(
         topo, t,
         LamportShape{2 * n, round_up((config.two_shot_capacity_bytes + n - 1) / n, comm::kVecBytes),
                      two_shot_ctas},
+        config.timeout_ns));
+    // Tray-first: fp32 partials cross between trays, 16 / elem_size vectors' worth per element vector.
+    const uint64_t cap = round_up(config.oneshot_capacity_bytes, comm::kVecBytes);
+    tray_.push_back(std::make_unique<LamportWorkspace>(
+        topo, t, LamportShape{static_cast<uint32_t>(topo.ranks_per_tray()), cap, tray_ctas}, config.timeout_ns));
+    across_.push_back(std::make_unique<LamportWorkspace>(
+        topo, comm::ElemType::fp32,
+        LamportShape{static_cast<uint32_t>(topo.trays()), t == comm::ElemType::bf16 ? 2 * cap : cap, tray_ctas},
         config.timeout_ns));
   }
   if (!config.enable_nccl) {
@@ -118,6 +135,7 @@ const LamportWorkspace& Comm::workspace(const std::vector<std::unique_ptr<Lampor
 }
 
 AllReduceAlgo Comm::choose(uint64_t bytes) const {
+  if (topo_.trays() > 1 && bytes <= config_.dispatch.tray_first_max_bytes) return AllReduceAlgo::tray_first;
   if (bytes <= config_.dispatch.oneshot_max_bytes) return AllReduceAlgo::lamport_oneshot;
   if (bytes > config_.dispatch.two_shot_max_bytes && has_nccl()) return AllReduceAlgo::nccl;
   return AllReduceAlgo::two_shot;
@@ -135,6 +153,10 @@ void Comm::all_reduce(int rank, const void* in, void* out, size_t count, DType d
   if (algo == AllReduceAlgo::nccl) {
     if (!nccl_) throw Error("NCCL all-reduce requested but NCCL is unavailable: " + nccl_status_);
     nccl_->all_reduce(rank, in, out, count, dtype, stream);
+    return;
+  }
+  if (algo == AllReduceAlgo::tray_first) {
+    tray_first(rank, in, out, count, dtype, stream);
     return;
   }
   const LamportWorkspace& ws =
@@ -163,6 +185,29 @@ void Comm::all_reduce(int rank, const void* in, void* out, size_t count, DType d
   }
 }
 
+void Comm::tray_first(int rank, const void* in, void* out, size_t count, DType dtype, cudaStream_t stream) const {
+  const LamportWorkspace& tray = workspace(tray_, dtype);
+  const LamportWorkspace& across = workspace(across_, dtype);
+  const size_t esize = dtype_size(dtype);
+  const uint64_t piece = tray.region_bytes() / esize;  // across holds the same piece in fp32
+  const auto* src = static_cast<const char*>(in);
+  auto* dst = static_cast<char*>(out);
+  for (uint64_t done = 0; done < count; done += piece) {
+    comm::TrayFirstParams p{};
+    p.tray = tray.view(rank);
+    p.across = across.view(rank);
+    p.in = src + done * esize;
+    p.out = dst + done * esize;
+    p.count = static_cast<uint32_t>(std::min<uint64_t>(piece, count - done));
+    p.type = elem_type(dtype);
+    p.tray_size = topo_.ranks_per_tray();
+    p.trays = topo_.trays();
+    const cudaError_t err =
+        comm::launch_tray_first(p, {tray.ctas(), config_.tray_first_threads, config_.pdl}, stream);
+    if (err != cudaSuccess) cuda_check(err, "tray-first all-reduce launch on rank " + std::to_string(rank));
+  }
+}
+
 void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaStream_t stream) const {
   check_rank(rank);
   const comm::ElemType type = elem_type(a.dtype);
@@ -182,12 +227,6 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
   check_aligned(a.gamma, "gamma");
   check_aligned(a.residual_out, "residual_out");
   check_aligned(a.normed, "normed");
-  const LamportWorkspace& ws = workspace(fused_, a.dtype);
-  const uint64_t row_bytes = static_cast<uint64_t>(a.hidden) * dtype_size(a.dtype);
-  const uint64_t rows_per_piece = ws.region_bytes() / row_bytes;
-  if (rows_per_piece == 0)
-    throw Error("fused all-reduce+rmsnorm: a row of " + std::to_string(row_bytes) +
-                " bytes exceeds the fused workspace capacity (" + std::to_string(ws.region_bytes()) + " bytes)");
   // Rows of up to 2 vectors per thread go whole into one CTA each; wider rows are split over a
   // cluster, measured faster there (docs/perf/comm.md). The cluster: rows are spread over the
   // grid first, the CTAs left per row (a power of two <= 8 dividing the grid) split it, with
@@ -195,6 +234,17 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
   FusedVariant variant = config_.fused_variant;
   if (variant == FusedVariant::automatic)
     variant = row_vecs <= 2u * comm::kFusedMaxThreads ? FusedVariant::whole_row : FusedVariant::cluster;
+  const uint64_t row_bytes = static_cast<uint64_t>(a.hidden) * dtype_size(a.dtype);
+  // Decode-sized calls on the small grid (CommConfig::fused_decode_ctas). Every rank makes the
+  // same choice from the same arguments, so each workspace sees the same sequence of calls.
+  const LamportWorkspace& decode_ws = workspace(fused_decode_, a.dtype);
+  const bool decode = variant == FusedVariant::whole_row && a.rows <= config_.fused_decode_rows &&
+                      a.rows * row_bytes <= decode_ws.region_bytes();
+  const LamportWorkspace& ws = decode ? decode_ws : workspace(fused_, a.dtype);
+  const uint64_t rows_per_piece = ws.region_bytes() / row_bytes;
+  if (rows_per_piece == 0)
+    throw Error("fused all-reduce+rmsnorm: a row of " + std::to_string(row_bytes) +
+                " bytes exceeds the fused workspace capacity (" + std::to_string(ws.region_bytes()) + " bytes)");
   const uint32_t ctas = static_cast<uint32_t>(ws.ctas());
   int threads = 0, per_thread = 0, cluster = 0;
   uint32_t chunk_vecs = row_vecs;
@@ -242,7 +292,7 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
     p.type = type;
     const comm::LaunchShape shape{ws.ctas(), threads, config_.pdl};
     const cudaError_t err = variant == FusedVariant::whole_row
-                                ? comm::launch_fused_allreduce_rmsnorm_whole_row(p, shape, stream)
+                                ? comm::launch_fused_allreduce_rmsnorm_whole_row(p, shape, config_.fused_wait_together, stream)
                                 : comm::launch_fused_allreduce_rmsnorm_cluster(p, shape, per_thread, cluster, stream);
     if (err != cudaSuccess) cuda_check(err, "fused all-reduce+rmsnorm launch on rank " + std::to_string(rank));
   }

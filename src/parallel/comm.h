@@ -3,6 +3,8 @@
 // and the dispatcher that picks one per message size.
 //   lamport_oneshot  one NVLink hop, (N-1) x message sent per rank: small messages
 //   two_shot         reduce-scatter + all-gather through Lamport buffers: large messages
+//   tray_first       one-shot inside each tray, then one-shot across trays (trays > 1): two hops,
+//                    (T-1) partials cross between trays instead of (T-1) x R inputs
 //   nccl             libnccl.so.2 at run time: reference, and fallback for the largest sizes
 // and the fused all-reduce + residual add + RMSNorm that ends each tensor-parallel layer.
 // Built once, from one thread; then each rank's thread calls the per-rank entry points with a
@@ -24,7 +26,7 @@
 
 namespace rs::parallel {
 
-enum class AllReduceAlgo { automatic, lamport_oneshot, two_shot, nccl };
+enum class AllReduceAlgo { automatic, lamport_oneshot, two_shot, nccl, tray_first };
 const char* algo_name(AllReduceAlgo a);
 
 // Which fused kernel: automatic picks whole_row (one CTA per row) for rows of up to 1024
@@ -35,6 +37,10 @@ const char* fused_variant_name(FusedVariant v);
 
 // Size thresholds, from `rackserve bench allreduce` on 2x H200 (docs/perf/comm.md).
 struct DispatchTable {
+  // With trays > 1, messages of <= this go tray-first (before the rules below). 0: never, the
+  // measured choice on 2x H200, where the two simulated trays share one NVLink domain and the
+  // second hop only adds latency (docs/perf/comm.md); re-measure on hardware with real trays.
+  uint64_t tray_first_max_bytes = 0;
   uint64_t oneshot_max_bytes = 512ull << 10;   // <= this: Lamport one-shot
   uint64_t two_shot_max_bytes = ~0ull;         // <= this: two-shot; above: NCCL when available
 };
@@ -46,9 +52,19 @@ struct CommConfig {
   int oneshot_threads = 256;
   int oneshot_max_ctas = 64;
   int fused_max_ctas = 32;
+  // Decode-sized fused calls (rows <= fused_decode_rows, whole-row kernel) run on a second
+  // workspace with this smaller grid: one row needs one CTA, and the 28 other CTAs of the
+  // 32-CTA grid only pushed a sliver each (measured 3.61 vs 3.81 us at 4 vs 32 CTAs, 7168 bf16).
+  int fused_decode_ctas = 4;
+  uint32_t fused_decode_rows = 4;
+  // Whole-row kernel: a thread waits for all its vectors in one spin instead of one after
+  // another (A/B in docs/perf/comm.md).
+  bool fused_wait_together = false;
   int fused_threads = 128;                          // cluster: least vectors per row chunk
   FusedVariant fused_variant = FusedVariant::automatic;
   int fused_span = 0;                               // cluster: CTAs per row; 0: chosen per call (rows, grid)
+  int tray_first_threads = 256;
+  int tray_first_max_ctas = 64;
   int two_shot_threads = 512;
   int two_shot_max_ctas = 0;                        // 0: every SM the rank may use
   bool pdl = true;                                  // launch with programmatic stream serialization
@@ -97,11 +113,14 @@ class Comm {
   const LamportWorkspace& workspace(const std::vector<std::unique_ptr<LamportWorkspace>>& set,
                                     DType dtype) const;
   void check_rank(int rank) const;
+  void tray_first(int rank, const void* in, void* out, size_t count, DType dtype, cudaStream_t stream) const;
 
   Topology topo_;
   CommConfig config_;
   // Indexed by comm::ElemType: bf16, fp32.
-  std::vector<std::unique_ptr<LamportWorkspace>> oneshot_, fused_, two_shot_;
+  std::vector<std::unique_ptr<LamportWorkspace>> oneshot_, fused_, fused_decode_, two_shot_;
+  // Tray-first: the in-tray slots (element type) and the across-tray slots (fp32 partials).
+  std::vector<std::unique_ptr<LamportWorkspace>> tray_, across_;
   std::unique_ptr<NcclComms> nccl_;
   std::string nccl_status_;
 };

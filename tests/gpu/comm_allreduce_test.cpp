@@ -163,6 +163,70 @@ TEST_CASE("all-reduce: 4 and 8 logical ranks in two trays on 2 GPUs") {
   }
 }
 
+TEST_CASE("tray-first all-reduce equals the fp64 sum and NCCL (or the one-shot); ranks agree bit for bit") {
+  if (!have_two_gpus()) return;
+  // tp=2 trays=2: two simulated trays of one GPU (only the across-tray exchange runs); tp=4 and
+  // tp=8 in two trays: logical ranks, the in-tray exchange inside a GPU and across trays over
+  // NVLink. NCCL needs one GPU per rank, so the logical shapes compare with the flat one-shot.
+  uint64_t seed = 700;
+  for (int tp : {2, 4, 8}) {
+    const Comm& comm = shared_comm(tp, 2);
+    const bool nccl = comm.has_nccl();
+    for (DType t : {DType::BF16, DType::F32}) {
+      for (size_t bytes : {size_t{8}, size_t{16}, size_t{24}, size_t{1000}, size_t{14336}, size_t{65584},
+                           size_t{1} << 20, (size_t{4} << 20) + 16}) {
+        if (tp == 8 && bytes > (size_t{1} << 20)) continue;  // 4 ranks a GPU: slow, nothing new
+        const std::string what = "tray-first tp=" + std::to_string(tp) + " trays=2 " + dname(t) + " " +
+                                 std::to_string(bytes) + " B";
+        if (nccl) {  // one rank per GPU: NCCL right after, in the same stream
+          const auto r = run_collective(comm, bytes / dtype_size(t), t, AllReduceAlgo::tray_first, ++seed, true);
+          check_sum(r, t, true, what + " vs nccl");
+        } else {
+          // Logical ranks: the flat one-shot on the same inputs, in a run of its own (one
+          // collective per stream and run; see kManyHardwareQueues in comm_test_util.h).
+          auto r = run_collective(comm, bytes / dtype_size(t), t, AllReduceAlgo::tray_first, ++seed, false);
+          r.nccl = run_collective(comm, bytes / dtype_size(t), t, AllReduceAlgo::lamport_oneshot, 0, false, &r.in).out;
+          check_sum(r, t, true, what + " vs lamport-oneshot");
+        }
+      }
+    }
+    // -0.0 inputs: canonicalised, never taken for the sentinel in either exchange.
+    for (DType t : {DType::BF16, DType::F32}) {
+      const uint32_t neg_zero = t == DType::BF16 ? 0x8000u : 0x80000000u;
+      const size_t count = 10000;
+      std::vector<HostArray> in;
+      for (int k = 0; k < tp; ++k) {
+        HostArray a = random_array(count, t, 900 + k);
+        for (size_t i = 0; i < count; ++i)
+          if (i < count / 2 || (k == 0 && i % 3 == 0)) a.set_bits(i, neg_zero);
+        in.push_back(a);
+      }
+      const auto r = run_collective(comm, count, t, AllReduceAlgo::tray_first, 0, false, &in);
+      check_sum(r, t, false, "-0.0 tray-first tp=" + std::to_string(tp) + " " + dname(t));
+      size_t not_plus_zero = 0;
+      for (size_t i = 0; i < count / 2; ++i)
+        if (r.out[0].bits(i) != 0u) ++not_plus_zero;
+      CHECK(not_plus_zero == 0);
+    }
+  }
+}
+
+TEST_CASE("dispatcher: tray-first only with trays > 1 and up to its threshold") {
+  if (!have_two_gpus()) return;
+  parallel::CommConfig cfg;
+  cfg.enable_nccl = false;
+  cfg.dispatch.tray_first_max_bytes = 64 << 10;
+  const Comm two_trays(Topology::make(2, 2, gpu_count()), cfg);
+  CHECK(two_trays.choose(14336) == AllReduceAlgo::tray_first);
+  CHECK(two_trays.choose(64 << 10) == AllReduceAlgo::tray_first);
+  CHECK(two_trays.choose((64 << 10) + 16) == AllReduceAlgo::lamport_oneshot);
+  const Comm one_tray(Topology::make(2, 1, gpu_count()), cfg);
+  CHECK(one_tray.choose(14336) == AllReduceAlgo::lamport_oneshot);
+  // The automatic path runs what choose() says: the sum must still be right.
+  const auto r = run_collective(two_trays, 7168, DType::BF16, AllReduceAlgo::automatic, 4242, false);
+  check_sum(r, DType::BF16, false, "automatic (tray-first) tp=2 trays=2 bf16 7168");
+}
+
 TEST_CASE("spin-wait bound: a rank whose peer never runs prints rank, buffer and slot, then traps") {
   if (!have_two_gpus()) return;
   const char* env = std::getenv("RS_RACKSERVE_BINARY");

@@ -42,21 +42,33 @@ __global__ void generate(void* in, void* residual, uint32_t count, const uint32_
   }
 }
 
-// out1 = all_reduce(in) must be the fp32 rank-order sum, rounded, bit for bit; out2 =
-// all_reduce(out1) the same sum of N copies of out1; fused: residual_out = round(sum + residual).
+// The fp32 sum as the kernels add: groups of `group` consecutive ranks summed in rank order,
+// then the group sums in group order (flat algorithms: one group of all ranks; tray-first: the
+// trays). `same` >= 0: every rank contributes that value instead.
+__device__ float grouped_sum(uint32_t call, uint32_t i, int nranks, int group, bool bf16, const float* same) {
+  float acc = 0.f;
+  for (int g = 0; g < nranks; g += group) {
+    float part = 0.f;
+    for (int r = g; r < g + group; ++r) part += same ? *same : value_of(call, r, i, bf16);
+    acc += part;
+  }
+  return acc;
+}
+
+// out1 = all_reduce(in) must be the fp32 sum in the algorithm's order, rounded, bit for bit;
+// out2 = all_reduce(out1) the same sum of N copies of out1; fused: residual_out = round(sum +
+// residual).
 __global__ void check(const void* out1, const void* out2, const void* residual_out, uint32_t count,
-                      const uint32_t* call, int nranks, bool bf16, unsigned* errors) {
+                      const uint32_t* call, int nranks, int group, bool bf16, unsigned* errors) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
-    float acc = 0.f;
-    for (int r = 0; r < nranks; ++r) acc += value_of(*call, r, i, bf16);
+    const float acc = grouped_sum(*call, i, nranks, group, bf16, nullptr);
     bool ok = true;
     if (residual_out) {
       ok = load(residual_out, i, bf16) == round_to(acc + value_of(*call, 1000, i, bf16), bf16);
     } else {
       const float e1 = round_to(acc, bf16);
       ok = load(out1, i, bf16) == e1;
-      float acc2 = 0.f;  // all-reduce of N equal values, summed as the kernel sums them
-      for (int r = 0; r < nranks; ++r) acc2 += e1;
+      const float acc2 = grouped_sum(*call, i, nranks, group, bf16, &e1);  // N equal values
       if (out2) ok = ok && load(out2, i, bf16) == round_to(acc2, bf16);
     }
     if (!ok) atomicAdd(errors, 1u);
@@ -110,12 +122,15 @@ ReplayResult replay(const Comm& comm, const std::vector<Step>& steps, int replay
         a.x = in.ptr; a.residual = residual.ptr; a.gamma = gamma.ptr; a.residual_out = residual_out.ptr;
         a.normed = normed.ptr; a.rows = st.count / 7168; a.hidden = 7168; a.dtype = t;
         comm.all_reduce_residual_rmsnorm(rank, a, s);
-        check<<<blocks, 256, 0, s>>>(nullptr, nullptr, residual_out.ptr, st.count, call, topo.size(), st.bf16, errors);
+        check<<<blocks, 256, 0, s>>>(nullptr, nullptr, residual_out.ptr, st.count, call, topo.size(), topo.size(),
+                                     st.bf16, errors);
       } else {
         generate<<<blocks, 256, 0, s>>>(in.ptr, nullptr, st.count, call, rank, st.bf16);
         comm.all_reduce(rank, in.ptr, out1.ptr, st.count, t, s, st.algo);
         comm.all_reduce(rank, out1.ptr, out2.ptr, st.count, t, s, st.algo);  // back to back
-        check<<<blocks, 256, 0, s>>>(out1.ptr, out2.ptr, nullptr, st.count, call, topo.size(), st.bf16, errors);
+        const AllReduceAlgo ran = st.algo == AllReduceAlgo::automatic ? comm.choose(uint64_t{st.count} * dtype_size(t)) : st.algo;
+        const int group = ran == AllReduceAlgo::tray_first ? topo.ranks_per_tray() : topo.size();
+        check<<<blocks, 256, 0, s>>>(out1.ptr, out2.ptr, nullptr, st.count, call, topo.size(), group, st.bf16, errors);
       }
       advance<<<1, 1, 0, s>>>(call);
     }
@@ -172,22 +187,32 @@ TEST_CASE("10,000 back-to-back all-reduces in CUDA graphs: every sum right, no r
       {Step::fused, A::automatic, 4 * 7168, true}, {Step::pair, A::two_shot, 8, true},
       {Step::pair, A::automatic, 7168, true}, {Step::fused, A::automatic, 7168, true},
       {Step::pair, A::two_shot, 1 << 20, false}, {Step::fused, A::automatic, 2 * 7168, true}};
+  // Tray-first (two exchanges per call, both rotating through the same three buffers), sizes
+  // changing call to call, mixed with one-shot calls on their own workspaces.
+  const std::vector<Step> tray = {
+      {Step::pair, A::tray_first, 7168, true}, {Step::pair, A::tray_first, 100, true},
+      {Step::pair, A::tray_first, 33000, true}, {Step::pair, A::lamport_oneshot, 7168, true},
+      {Step::pair, A::tray_first, 8, false}, {Step::pair, A::tray_first, 7168, false},
+      {Step::pair, A::tray_first, 65536, true}, {Step::pair, A::tray_first, 3, true},
+      {Step::pair, A::tray_first, 7168, true}, {Step::pair, A::tray_first, 20000, false}};
   // The fused steps run the automatic choice (one CTA per 7168-wide bf16 row) and, forced, the
   // cluster kernel (the row split over a thread block cluster, launched with PDL in the graph).
   using parallel::FusedVariant;
   struct Shape { int tp, trays, replays; FusedVariant fused; };
   for (Shape sh : {Shape{2, 1, 500, FusedVariant::automatic}, Shape{2, 1, 500, FusedVariant::cluster},
-                   Shape{4, 2, 60, FusedVariant::automatic}, Shape{8, 2, 30, FusedVariant::automatic},
-                   Shape{8, 2, 30, FusedVariant::cluster}}) {
+                   Shape{2, 2, 500, FusedVariant::automatic}, Shape{4, 2, 60, FusedVariant::automatic},
+                   Shape{8, 2, 30, FusedVariant::automatic}, Shape{8, 2, 30, FusedVariant::cluster}}) {
     parallel::CommConfig cfg;
     cfg.enable_nccl = false;
     cfg.fused_variant = sh.fused;
     Comm comm(Topology::make(sh.tp, sh.trays, gpu_count()), cfg);
-    for (const auto* steps : {&oneshot, &mixed}) {
-      if (sh.fused == FusedVariant::cluster && steps == &oneshot) continue;  // one-shot ran already
+    for (const auto* steps : {&oneshot, &mixed, &tray}) {
+      if (sh.fused == FusedVariant::cluster && steps != &mixed) continue;  // ran already
+      if (steps == &tray && sh.trays == 1) continue;                  // tray-first needs two trays
+      if (sh.tp == 2 && sh.trays == 2 && steps != &tray) continue;    // tp=2 trays=1 ran the others
       const ReplayResult r = replay(comm, *steps, sh.replays);
       INFO("tp=" << sh.tp << " fused=" << parallel::fused_variant_name(sh.fused) << ": " << sh.replays << " replays x "
-                 << comm_calls(*steps) << " all-reduce calls (" << (steps == &oneshot ? "one-shot" : "fused + two-shot") << ")");
+                 << comm_calls(*steps) << " all-reduce calls (" << (steps == &oneshot ? "one-shot" : steps == &tray ? "tray-first" : "fused + two-shot") << ")");
       CHECK(r.calls_seen == static_cast<uint32_t>(sh.replays * steps->size()));
       CHECK(r.errors == 0u);
     }

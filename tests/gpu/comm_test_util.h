@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,13 @@
 #include "model/dtype.h"
 
 namespace rs::comm_test {
+
+// Logical ranks sharing a GPU each launch on their own stream. If two of those streams share one
+// hardware queue (CUDA_DEVICE_MAX_CONNECTIONS, default 8), a rank's second kernel (PDL-launched,
+// waiting for its first) can sit in front of a peer rank's collective, which its first kernel
+// waits for: a deadlock that only the spin-wait bound ends. More queues make that unlikely; set
+// before any CUDA call (static initialisation), unless the environment already says.
+inline const bool kManyHardwareQueues = [] { return setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0) == 0; }();
 
 inline int gpu_count() {
   int n = 0;
