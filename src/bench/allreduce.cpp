@@ -5,6 +5,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <sstream>
@@ -30,11 +31,14 @@ struct AllReduceCliOptions {
   bool no_nccl = false;
   std::string oneshot_max;
   std::string two_shot_max;
+  std::string tray_first_max;
   bool hang_selftest = false;
   int fused_threads = 128;
   std::string fused_variant = "auto";
   int fused_span = 0;
   int fused_max_ctas = 0;  // 0: the comm default
+  int fused_decode_ctas = 0;  // 0: the comm default
+  std::string fused_wait = "default";
 };
 
 // "14K" -> 14336; K, M, G are binary; an optional trailing B.
@@ -73,10 +77,17 @@ std::string size_label(uint64_t b) {
   return std::to_string(b) + "B";
 }
 
-std::string cell(const ArTiming& t) {
-  if (!t.graph_us) return "-";
+std::string cell(const std::optional<double>& graph, const std::optional<double>& eager) {
+  if (!graph) return "-";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f/%.2f", *t.graph_us, *t.eager_us);
+  std::snprintf(buf, sizeof buf, "%.2f/%.2f", *graph, *eager);
+  return buf;
+}
+
+std::string signed_us(const std::optional<double>& a, const std::optional<double>& b) {
+  if (!a || !b) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.2f", *a - *b);
   return buf;
 }
 
@@ -120,6 +131,9 @@ void run(const AllReduceCliOptions& o) {
   else if (o.dtype == "fp32") dtype = DType::F32;
   else throw Error("--dtype " + o.dtype + ": expected bf16 or fp32");
   if (o.reps < 1) throw Error("--reps must be >= 1");
+  // Before CUDA starts: logical ranks sharing a GPU need their streams on distinct hardware
+  // queues (see kManyHardwareQueues in tests/gpu/comm_test_util.h); the environment may override.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   const int gpus = cuda_device_count(nullptr);
   if (gpus < 1) throw Error("bench allreduce needs a CUDA GPU (found none)");
   const int tp = o.tp > 0 ? o.tp : std::max(gpus, 2);
@@ -131,12 +145,17 @@ void run(const AllReduceCliOptions& o) {
   cfg.fused_threads = o.fused_threads;
   cfg.fused_span = o.fused_span;
   if (o.fused_max_ctas > 0) cfg.fused_max_ctas = o.fused_max_ctas;
+  if (o.fused_decode_ctas > 0) cfg.fused_decode_ctas = o.fused_decode_ctas;
+  if (o.fused_wait == "together") cfg.fused_wait_together = true;
+  else if (o.fused_wait == "serial") cfg.fused_wait_together = false;
+  else if (o.fused_wait != "default") throw Error("--fused-wait " + o.fused_wait + ": expected together or serial");
   if (o.fused_variant == "auto") cfg.fused_variant = parallel::FusedVariant::automatic;
   else if (o.fused_variant == "whole-row") cfg.fused_variant = parallel::FusedVariant::whole_row;
   else if (o.fused_variant == "cluster") cfg.fused_variant = parallel::FusedVariant::cluster;
   else throw Error("--fused-variant " + o.fused_variant + ": expected auto, whole-row or cluster");
   if (!o.oneshot_max.empty()) cfg.dispatch.oneshot_max_bytes = parse_size(o.oneshot_max);
   if (!o.two_shot_max.empty()) cfg.dispatch.two_shot_max_bytes = parse_size(o.two_shot_max);
+  if (!o.tray_first_max.empty()) cfg.dispatch.tray_first_max_bytes = parse_size(o.tray_first_max);
   ArBenchOptions bopt;
   bopt.sizes = parse_sizes(o.sizes);
   bopt.dtype = dtype;
@@ -149,30 +168,49 @@ void run(const AllReduceCliOptions& o) {
               utc_now().c_str(), topo.describe().c_str(), o.dtype.c_str(), cfg.pdl ? "on" : "off",
               (std::string(parallel::fused_variant_name(cfg.fused_variant)) + "/" + std::to_string(cfg.fused_threads) +
                (cfg.fused_span ? " span " + std::to_string(cfg.fused_span) : std::string()) + " ctas " +
-               std::to_string(cfg.fused_max_ctas)).c_str(),
+               std::to_string(cfg.fused_max_ctas) + " (rows <= " + std::to_string(cfg.fused_decode_rows) + ": " +
+               std::to_string(cfg.fused_decode_ctas) + ") wait " + (cfg.fused_wait_together ? "together" : "serial")).c_str(),
               topo.num_devices(), prop.name, comm.nccl_status().c_str());
   const auto results = run_allreduce_bench(comm, bopt);
 
-  std::printf("median us per call, graph/eager (%d reps)\n", bopt.reps);
-  std::printf("%-7s %-15s %-15s %-15s %-15s %-15s %-16s %s\n", "size", "oneshot", "fused", "twoshot",
-              "nccl", "auto", "auto picks", "best-graph vs nccl");
-  for (const auto& r : results) {
-    const auto& nccl = r.timing[static_cast<int>(ArVariant::nccl)];
-    std::string ratio = "-";
-    double best = 1e300;
-    for (ArVariant v : {ArVariant::oneshot, ArVariant::two_shot})
-      if (r.timing[static_cast<int>(v)].graph_us) best = std::min(best, *r.timing[static_cast<int>(v)].graph_us);
-    if (nccl.graph_us && best < 1e300) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.2fx", *nccl.graph_us / best);
-      ratio = buf;
+  // Chained first: in a decode layer every all-reduce's input is the previous kernel's output,
+  // so its latency is what a step pays. The independent figures (every call reading the same
+  // input) are kept, labelled, for comparison with earlier runs.
+  for (bool chained : {true, false}) {
+    std::printf("\n%s: median us per call, graph/eager (%d reps)\n",
+                chained ? "CHAINED (call i+1 reads call i's output: latency on a dependency chain)"
+                        : "independent (every call reads the same input)",
+                bopt.reps);
+    std::printf("%-7s %-13s %-13s %-13s %-13s %-13s %-13s %-16s %-10s %s\n", "size", "oneshot", "fused", "twoshot",
+                "trayfirst", "nccl", "auto", "auto picks", "fused-1sh", "best-graph vs nccl");
+    for (const auto& r : results) {
+      auto graph = [&](ArVariant v) {
+        const ArTiming& t = r.timing[static_cast<int>(v)];
+        return chained ? t.chain_graph_us : t.graph_us;
+      };
+      auto eager = [&](ArVariant v) {
+        const ArTiming& t = r.timing[static_cast<int>(v)];
+        return chained ? t.chain_eager_us : t.eager_us;
+      };
+      std::string ratio = "-";
+      double best = 1e300;
+      for (ArVariant v : {ArVariant::oneshot, ArVariant::two_shot, ArVariant::tray_first})
+        if (graph(v)) best = std::min(best, *graph(v));
+      if (graph(ArVariant::nccl) && best < 1e300) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.2fx", *graph(ArVariant::nccl) / best);
+        ratio = buf;
+      }
+      std::string cells[kArVariantCount];
+      for (int v = 0; v < kArVariantCount; ++v) cells[v] = cell(graph(kArVariants[v]), eager(kArVariants[v]));
+      std::printf("%-7s %-13s %-13s %-13s %-13s %-13s %-13s %-16s %-10s %s\n", size_label(r.bytes).c_str(),
+                  cells[0].c_str(), cells[1].c_str(), cells[2].c_str(), cells[3].c_str(), cells[4].c_str(),
+                  cells[5].c_str(), r.auto_choice.c_str(),
+                  signed_us(graph(ArVariant::fused), graph(ArVariant::oneshot)).c_str(), ratio.c_str());
     }
-    std::printf("%-7s %-15s %-15s %-15s %-15s %-15s %-16s %s\n", size_label(r.bytes).c_str(),
-                cell(r.timing[0]).c_str(), cell(r.timing[1]).c_str(), cell(r.timing[2]).c_str(),
-                cell(r.timing[3]).c_str(), cell(r.timing[4]).c_str(), r.auto_choice.c_str(), ratio.c_str());
   }
   for (const auto& r : results) {
-    for (int v = 0; v < 5; ++v)
+    for (int v = 0; v < kArVariantCount; ++v)
       if (!r.timing[v].note.empty())
         std::printf("note: %s %s: %s\n", size_label(r.bytes).c_str(), variant_name(kArVariants[v]),
                     r.timing[v].note.c_str());
@@ -186,7 +224,7 @@ void run(const AllReduceCliOptions& o) {
 void add_allreduce(CLI::App& bench) {
   auto opts = std::make_shared<AllReduceCliOptions>();
   auto* cmd = bench.add_subcommand(
-      "allreduce", "all-reduce latency: Lamport one-shot, fused AR+residual+RMSNorm, two-shot, NCCL");
+      "allreduce", "all-reduce latency (chained and independent calls): Lamport one-shot, fused AR+residual+RMSNorm, two-shot, tray-first, NCCL");
   cmd->add_option("--tp", opts->tp, "ranks (default: every GPU, at least 2); more ranks than GPUs share GPUs");
   cmd->add_option("--trays", opts->trays, "trays the ranks are grouped into (consecutive ranks)");
   cmd->add_option("--sizes", opts->sizes, "message sizes in bytes, K/M suffixes (default 1K,14K,...,64M)");
@@ -196,8 +234,14 @@ void add_allreduce(CLI::App& bench) {
   cmd->add_flag("--no-nccl", opts->no_nccl, "do not load NCCL");
   cmd->add_option("--oneshot-max", opts->oneshot_max, "dispatcher: largest one-shot message");
   cmd->add_option("--two-shot-max", opts->two_shot_max, "dispatcher: largest two-shot message (NCCL above)");
+  cmd->add_option("--tray-first-max", opts->tray_first_max,
+                  "dispatcher: with --trays > 1, largest message sent tray-first (default 0: never)");
   cmd->add_option("--fused-threads", opts->fused_threads, "fused cluster kernel: least vectors per row chunk (multiple of 32, 32..512)");
   cmd->add_option("--fused-max-ctas", opts->fused_max_ctas, "fused kernels: grid size cap (0: the default)");
+  cmd->add_option("--fused-decode-ctas", opts->fused_decode_ctas,
+                  "fused kernel: grid of decode-sized calls (<= 4 rows; 0: the default, 4)");
+  cmd->add_option("--fused-wait", opts->fused_wait,
+                  "fused whole-row kernel: a thread waits for its vectors together or serial (default: the comm default)");
   cmd->add_option("--fused-span", opts->fused_span, "fused cluster kernel: CTAs per row (0: chosen from rows and grid)");
   cmd->add_option("--fused-variant", opts->fused_variant,
                   "fused kernel: auto (whole-row up to 1024 vectors a row, else cluster), whole-row, cluster");
