@@ -12,6 +12,7 @@
 #include "kernels/common/bf16_fp8.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/ops/linear_params.h"
+#include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/matmul_pdl.cuh"
 
 namespace rs::kern {
@@ -50,7 +51,8 @@ __device__ __forceinline__ WeightRow weight_row(const rs::cuda::DeviceMatrix& w,
 // use x[0][t]. The caller reduces across the warp. FP8 rows are dequantised per 16-element
 // chunk (a chunk never straddles a scale block because block_cols % 16 == 0), fp32 accumulate.
 // pdl_wait() sits between the first weight loads and the first activation read.
-template <bool kFp8, int RPW, int MT, int U, bool kXPerRow = false>
+// kXShared: x lives in shared memory (the norm prologue's output), read with plain loads.
+template <bool kFp8, int RPW, int MT, int U, bool kXPerRow = false, bool kXShared = false>
 __device__ __forceinline__ void gemv_warp_partial(const WeightRow (&rows)[RPW],
                                                   const __nv_bfloat16* const (&x)[kXPerRow ? RPW : 1][MT],
                                                   int64_t c_begin, int64_t c_end, int block_cols,
@@ -91,12 +93,12 @@ __device__ __forceinline__ void gemv_warp_partial(const WeightRow (&rows)[RPW],
           const int64_t c = c0 + u * 32 + lane;
           if (c >= c_end) continue;
           if constexpr (kFp8) {
-            const uint4 x0 = ld_cached16(xr + c * 16);
-            const uint4 x1 = ld_cached16(xr + c * 16 + 8);
+            const uint4 x0 = kXShared ? *reinterpret_cast<const uint4*>(xr + c * 16) : ld_cached16(xr + c * 16);
+            const uint4 x1 = kXShared ? *reinterpret_cast<const uint4*>(xr + c * 16 + 8) : ld_cached16(xr + c * 16 + 8);
 #pragma unroll
             for (int r = 0; r < RPW; ++r) part[r][t] = fmaf(s[r][u], dot16_e4m3(w[r][u], x0, x1), part[r][t]);
           } else {
-            const uint4 xv = ld_cached16(xr + c * 8);
+            const uint4 xv = kXShared ? *reinterpret_cast<const uint4*>(xr + c * 8) : ld_cached16(xr + c * 8);
 #pragma unroll
             for (int r = 0; r < RPW; ++r) part[r][t] = dot8_bf16(w[r][u], xv, part[r][t]);
           }
@@ -127,52 +129,170 @@ __device__ __forceinline__ void gemv_warp_partial(const WeightRow (&rows)[RPW],
   }
 }
 
-// y[t, row] for t < m. Warp w of a block owns row group (block group * 8/KS + w/KS) and width
-// slice w % KS; blocks loop over block groups (persistent), uniformly so the barrier is safe.
-// With kPdl the warp first asks L2 for its first rows (prefetch: no registers, nothing to wait
-// for), then waits for the predecessor grid, then loads for real: the weight traffic of this
-// kernel overlaps the tail of the previous one. (A real load before griddepcontrol.wait was
-// measured slower: the wait held the warp until its loads had landed.)
-template <bool kFp8, int RPW, int MT, int U, bool kPdl>
-__device__ __forceinline__ void gemv_dense_op(const rs::cuda::DeviceMatrix& w,
-                                              const __nv_bfloat16* x, int m, __nv_bfloat16* y,
-                                              int ks, float* red /* smem [kGemvWarps][RPW*MT] */) {
+// The weight a row group belongs to in a grouped GEMV: jobs are laid end to end in row groups
+// (group_end is cumulative), each with its own matrix and output. Static indices only, so the
+// parameters stay in the constant bank (no local copy of the params struct).
+struct GemvJobView {
+  rs::cuda::DeviceMatrix w;
+  void* y;
+  int64_t first_group;
+};
+__device__ __forceinline__ GemvJobView gemv_job_of(const DenseGemvParams& p, int64_t g) {
+  GemvJobView v{p.w[0], p.y[0], 0};
+#pragma unroll
+  for (int k = 1; k < kMaxGemvJobs; ++k)
+    if (k < p.jobs && g >= p.group_end[k - 1]) v = GemvJobView{p.w[k], p.y[k], p.group_end[k - 1]};
+  return v;
+}
+
+__device__ __forceinline__ void gemv_store(__nv_bfloat16* y, int64_t i, float v) { y[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void gemv_store(float* y, int64_t i, float v) { y[i] = v; }
+
+// The norm prologue (DenseGemvParams::norm_*): x[t] = rmsnorm(residual[t] + d0 + d1 + d2) into
+// shared memory `xs` [m][cols], with add_rmsnorm_row's arithmetic (256 threads, the same float4
+// chunk per thread, the same sums in the same order and the same block reduction), so the
+// products see the bits the separate add_rmsnorm kernel would have written. Every block reads
+// the old residual; the last block to finish reading (a ticket on norm_counter, after a fence)
+// (after its products) writes the new residual and x to global memory and re-zeroes the counter:
+// no block can read a residual another block already updated. Runs after pdl_wait (residual and deltas come from
+// predecessors). cols % 4 == 0 (the vector path's % 8 holds).
+__device__ __forceinline__ void gemv_norm_add(float4& v, const __nv_bfloat16* d, int64_t i) {
+  if (!d) return;
+  const uint2 u = reinterpret_cast<const uint2*>(d)[i];
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  v.x += a.x; v.y += a.y; v.z += b.x; v.w += b.y;
+}
+__device__ __forceinline__ float4 gemv_norm_row_chunk(const DenseGemvParams& p, int64_t off4, int64_t c) {
+  float4 v = reinterpret_cast<const float4*>(p.norm_residual)[off4 + c];
+  gemv_norm_add(v, p.norm_delta[0], off4 + c);
+  gemv_norm_add(v, p.norm_delta[1], off4 + c);
+  gemv_norm_add(v, p.norm_delta[2], off4 + c);
+  return v;
+}
+__device__ __forceinline__ uint2 gemv_norm_out4(const float4& v, float inv, const float4& wt) {
+  uint2 o;
+  *reinterpret_cast<__nv_bfloat162*>(&o.x) = __floats2bfloat162_rn(v.x * inv * wt.x, v.y * inv * wt.y);
+  *reinterpret_cast<__nv_bfloat162*>(&o.y) = __floats2bfloat162_rn(v.z * inv * wt.z, v.w * inv * wt.w);
+  return o;
+}
+// Returns thread 0's ticket; the caller hands it to gemv_norm_epilogue after the products, so
+// the atomic's round trip overlaps the weight stream instead of delaying its start.
+__device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p, __nv_bfloat16* xs) {
+  __shared__ float scratch[32];
+  const int64_t cols = p.w[0].cols, chunks = cols / 4;
+  const float4* wt = reinterpret_cast<const float4*>(p.norm_weight);
+  for (int t = 0; t < p.m; ++t) {
+    const int64_t off4 = t * chunks;
+    float ss = 0.f;
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+      const float4 v = gemv_norm_row_chunk(p, off4, c);
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    const float inv = rsqrtf(rs::cuda::block_sum(ss, scratch) / cols + p.norm_eps);
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x)
+      reinterpret_cast<uint2*>(xs)[off4 + c] = gemv_norm_out4(gemv_norm_row_chunk(p, off4, c), inv, wt[c]);
+  }
+  __syncthreads();  // every read of the old residual is done; xs is complete
+  unsigned ticket = 0;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    ticket = atomicAdd(p.norm_counter, 1u);
+  }
+  return ticket;
+}
+__device__ __forceinline__ void gemv_norm_epilogue(const DenseGemvParams& p, const __nv_bfloat16* xs,
+                                                   unsigned ticket) {
+  __shared__ unsigned last;
+  if (threadIdx.x == 0) last = ticket == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  const int64_t chunks = p.w[0].cols / 4;
+  for (int t = 0; t < p.m; ++t) {
+    const int64_t off4 = t * chunks;
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+      reinterpret_cast<float4*>(p.norm_residual)[off4 + c] = gemv_norm_row_chunk(p, off4, c);
+      reinterpret_cast<uint2*>(p.norm_out)[off4 + c] = reinterpret_cast<const uint2*>(xs)[off4 + c];
+    }
+  }
+  if (threadIdx.x == 0) *p.norm_counter = 0u;  // the next launch starts from zero
+}
+
+// y_j[t, row] for every job j and t < m (OutT: bf16, or fp32 for logits). A work item is one
+// row group (RPW rows of one job) and one of ks width slices. ks == 1: each warp takes a
+// contiguous, balanced share of the row groups (shares differ by at most one group), so a grid
+// of exactly the resident blocks streams every SM's share without a second, partly empty wave.
+// ks > 1: the ks slices of a row group sit in one block and meet in shared memory; blocks take
+// balanced contiguous shares of block groups (8/ks row groups each), uniform inside a block so
+// the barriers are safe. With kPdl the warp first asks L2 for its first rows (prefetch: no
+// registers, nothing to wait for), then waits for the predecessor grid, then loads for real: the
+// weight traffic of this kernel overlaps the tail of the previous one. (A real load before
+// griddepcontrol.wait was measured slower: the wait held the warp until its loads had landed.)
+// kNorm: the norm prologue above first, x from shared memory `xs` ([m][cols] bf16).
+template <bool kFp8, int RPW, int MT, int U, bool kPdl, class OutT, bool kNorm = false>
+__device__ __forceinline__ void gemv_dense_op(const DenseGemvParams& p,
+                                              float* red /* smem [kGemvWarps][RPW*MT] */,
+                                              __nv_bfloat16* xs = nullptr) {
   constexpr int E = chunk_elems<kFp8>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const int ks = p.ks;
   const int groups_per_block = kGemvWarps / ks;
   const int slice = warp % ks;
-  const int64_t nchunks = w.cols / E;
+  const int64_t cols = p.w[0].cols;
+  const int64_t nchunks = cols / E;
   const int64_t per_slice = ((nchunks + ks - 1) / ks + 31) / 32 * 32;
   const int64_t c_begin = slice * per_slice;
   const int64_t c_end = c_begin + per_slice < nchunks ? c_begin + per_slice : nchunks;
-  const int64_t groups = (w.rows + RPW - 1) / RPW;
-  const int64_t block_groups = (groups + groups_per_block - 1) / groups_per_block;
+  const int64_t groups = p.group_end[p.jobs - 1];
+  int64_t i_begin, i_end;  // items: row groups (ks == 1) or block groups (ks > 1)
+  if (ks == 1) {
+    const int64_t nw = static_cast<int64_t>(gridDim.x) * kGemvWarps;
+    const int64_t gw = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+    i_begin = gw * groups / nw;
+    i_end = (gw + 1) * groups / nw;
+  } else {
+    const int64_t bgs = (groups + groups_per_block - 1) / groups_per_block;
+    i_begin = static_cast<int64_t>(blockIdx.x) * bgs / gridDim.x;
+    i_end = static_cast<int64_t>(blockIdx.x + 1) * bgs / gridDim.x;
+  }
+  auto group_of = [&](int64_t i) { return ks == 1 ? i : i * groups_per_block + warp / ks; };
   if constexpr (kPdl) {
     pdl_launch_dependents();
-    const int64_t g = static_cast<int64_t>(blockIdx.x) * groups_per_block + warp / ks;
+    const int64_t g = group_of(i_begin);
+    if (i_begin < i_end && g < groups) {
+      const GemvJobView j = gemv_job_of(p, g);
 #pragma unroll
-    for (int r = 0; r < RPW; ++r) {
-      const WeightRow row = weight_row(w, g * RPW + r, kFp8);
-      if (!row.data) continue;
+      for (int r = 0; r < RPW; ++r) {
+        const WeightRow row = weight_row(j.w, (g - j.first_group) * RPW + r, kFp8);
+        if (!row.data) continue;
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t c = c_begin + u * 32 + lane;
-        if (c < c_end) asm volatile("prefetch.global.L2 [%0];" ::"l"(row.data + c * 16));
+        for (int u = 0; u < U; ++u) {
+          const int64_t c = c_begin + u * 32 + lane;
+          if (c < c_end) asm volatile("prefetch.global.L2 [%0];" ::"l"(row.data + c * 16));
+        }
       }
     }
     pdl_wait();
   }
-  for (int64_t bg = blockIdx.x; bg < block_groups; bg += gridDim.x) {
-    const int64_t g = bg * groups_per_block + warp / ks;
+  [[maybe_unused]] unsigned ticket = 0;
+  if constexpr (kNorm) ticket = gemv_norm_prologue(p, xs);
+  for (int64_t i = i_begin; i < i_end; ++i) {
+    const int64_t g = group_of(i);
+    const GemvJobView j = gemv_job_of(p, g < groups ? g : groups - 1);
+    const int64_t row0 = (g - j.first_group) * RPW;
     WeightRow rows[RPW];
 #pragma unroll
-    for (int r = 0; r < RPW; ++r) rows[r] = weight_row(w, g * RPW + r, kFp8);
-    for (int t0 = 0; t0 < m; t0 += MT) {
+    for (int r = 0; r < RPW; ++r) rows[r] = g < groups ? weight_row(j.w, row0 + r, kFp8) : WeightRow{};
+    OutT* y = static_cast<OutT*>(j.y);
+    for (int t0 = 0; t0 < p.m; t0 += MT) {
       const __nv_bfloat16* xr[1][MT];
 #pragma unroll
-      for (int t = 0; t < MT; ++t) xr[0][t] = (t0 + t < m) ? x + (int64_t)(t0 + t) * w.cols : nullptr;
+      for (int t = 0; t < MT; ++t) {
+        const int64_t xrow = t0 + t < p.m ? (p.x_rows ? p.x_rows[t0 + t] : t0 + t) : -1;
+        xr[0][t] = xrow < 0 ? nullptr : kNorm ? xs + xrow * cols : p.x + xrow * cols;
+      }
       float part[RPW][MT];
-      gemv_warp_partial<kFp8, RPW, MT, U>(rows, xr, c_begin, c_end, w.block_cols, part);
+      gemv_warp_partial<kFp8, RPW, MT, U, false, kNorm>(rows, xr, c_begin, c_end, j.w.block_cols, part);
 #pragma unroll
       for (int r = 0; r < RPW; ++r)
 #pragma unroll
@@ -180,28 +300,29 @@ __device__ __forceinline__ void gemv_dense_op(const rs::cuda::DeviceMatrix& w,
       if (ks > 1) {
         if (lane == 0)
 #pragma unroll
-          for (int i = 0; i < RPW * MT; ++i) red[warp * RPW * MT + i] = part[i / MT][i % MT];
+          for (int k = 0; k < RPW * MT; ++k) red[warp * RPW * MT + k] = part[k / MT][k % MT];
         __syncthreads();
         if (slice == 0)
 #pragma unroll
-          for (int i = 0; i < RPW * MT; ++i) {
+          for (int k = 0; k < RPW * MT; ++k) {
             float v = 0.f;
-            for (int k = 0; k < ks; ++k) v += red[(warp + k) * RPW * MT + i];  // fixed order
-            part[i / MT][i % MT] = v;
+            for (int s = 0; s < ks; ++s) v += red[(warp + s) * RPW * MT + k];  // fixed order
+            part[k / MT][k % MT] = v;
           }
         __syncthreads();
       }
-      if (slice != 0) continue;
+      if (slice != 0 || g >= groups) continue;
 #pragma unroll
       for (int r = 0; r < RPW; ++r)
 #pragma unroll
         for (int t = 0; t < MT; ++t) {
-          const int64_t row = g * RPW + r;
-          if (lane == ((r * MT + t) & 31) && row < w.rows && t0 + t < m)
-            y[(int64_t)(t0 + t) * w.rows + row] = __float2bfloat16_rn(part[r][t]);
+          const int64_t row = row0 + r;
+          if (lane == ((r * MT + t) & 31) && row < j.w.rows && t0 + t < p.m)
+            gemv_store(y, (int64_t)(t0 + t) * j.w.rows + row, part[r][t]);
         }
     }
   }
+  if constexpr (kNorm) gemv_norm_epilogue(p, xs, ticket);
 }
 
 // Any shape, any alignment: one warp per (row, token), element by element. Only for matrices

@@ -2,6 +2,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
 
 #include "kernels/ops/gemm.cuh"
 #include "kernels/ops/gemv.cuh"
@@ -18,13 +21,26 @@ namespace {
 template <int RPW, int MT>
 constexpr int gemv_min_blocks() { return RPW == 1 && MT <= 2 ? 3 : 1; }
 
-template <bool kFp8, int RPW, int MT, int U, bool kPdl>
-__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<RPW, MT>()) gemv_dense_kernel(rs::cuda::DeviceMatrix w,
-                                                                  const __nv_bfloat16* x, int m,
-                                                                  __nv_bfloat16* y, int ks) {
+template <bool kFp8, int RPW, int MT, int U, bool kPdl, class OutT>
+__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<RPW, MT>())
+    gemv_dense_kernel(const __grid_constant__ DenseGemvParams p) {
   __shared__ float red[kGemvWarps * RPW * MT];
-  gemv_dense_op<kFp8, RPW, MT, U, kPdl>(w, x, m, y, ks, red);
+  gemv_dense_op<kFp8, RPW, MT, U, kPdl, OutT>(p, red);
 }
+
+// The same GEMV with the attention input's add + RMSNorm as its prologue (one row a warp, few
+// tokens: the decode q_proj + kv_a launch).
+template <bool kFp8, int MT, int U, bool kPdl>
+__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<1, MT>())
+    gemv_norm_dense_kernel(const __grid_constant__ DenseGemvParams p) {
+  __shared__ float red[kGemvWarps * MT];
+  __shared__ __align__(16) __nv_bfloat16 xs[kGemvNormMaxElems];
+  gemv_dense_op<kFp8, 1, MT, U, kPdl, __nv_bfloat16, true>(p, red, xs);
+}
+
+// The norm prologue's last-block ticket: zero at module load, re-zeroed by every launch's last
+// block. One per device; launches that use it run on one stream at a time (a forward pass).
+__device__ unsigned g_gemv_norm_counter;
 
 template <bool kFp8, int U, bool kPdl>
 __global__ void __launch_bounds__(kTcGemvThreads, 2) gemv_tc_kernel(rs::cuda::DeviceMatrix w,
@@ -88,29 +104,72 @@ int blocks_for(int64_t work_items, int items_per_block, int sm_count, int max_wa
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(need, int64_t(sm_count) * max_waves)));
 }
 
-template <bool kFp8, int RPW, int U, bool kPdl>
-void gemv_dense_launch(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
-                       __nv_bfloat16* y, int ks, int grid, cudaStream_t s) {
-  const dim3 g(grid), b(kGemvThreads);
-  if (m <= 1) launch_pdl(gemv_dense_kernel<kFp8, RPW, 1, U, kPdl>, g, b, 0, s, w, x, m, y, ks);
-  else if (m <= 2) launch_pdl(gemv_dense_kernel<kFp8, RPW, 2, U, kPdl>, g, b, 0, s, w, x, m, y, ks);
-  else if (m <= 4) launch_pdl(gemv_dense_kernel<kFp8, RPW, 4, U, kPdl>, g, b, 0, s, w, x, m, y, ks);
-  else launch_pdl(gemv_dense_kernel<kFp8, RPW, 8, U, kPdl>, g, b, 0, s, w, x, m, y, ks);
+// Resident blocks of one instantiation per SM (registers decide: 3 for one row and <= 2
+// tokens, see gemv_min_blocks), asked once per instantiation.
+template <class Kernel>
+int resident_blocks_per_sm(Kernel k) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kGemvThreads, 0) != cudaSuccess || n <= 0) {
+    cudaGetLastError();
+    n = 1;
+  }
+  return n;
 }
 
-template <bool kFp8, int RPW>
-void gemv_dense_mt(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
-                   __nv_bfloat16* y, int sm_count, cudaStream_t s) {
+template <bool kFp8, int RPW, int MT, int U, bool kPdl, class OutT>
+void gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
+  void (*kernel)(DenseGemvParams) = gemv_dense_kernel<kFp8, RPW, MT, U, kPdl, OutT>;
+  static const int per_sm_plain = resident_blocks_per_sm(kernel);
+  int per_sm = per_sm_plain;
+  if constexpr (RPW == 1 && MT <= kGemvNormMaxTokens && std::is_same_v<OutT, __nv_bfloat16>) {
+    if (p.norm_residual) {
+      kernel = gemv_norm_dense_kernel<kFp8, MT, U, kPdl>;
+      static const int per_sm_norm = resident_blocks_per_sm(kernel);
+      per_sm = per_sm_norm;
+      static unsigned* counter[64] = {};
+      int dev = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return;  // surfaces at the caller's check
+      if (!counter[dev] && cudaGetSymbolAddress(reinterpret_cast<void**>(&counter[dev]), g_gemv_norm_counter) != cudaSuccess)
+        return;
+      p.norm_counter = counter[dev];
+    }
+  }
+  if (p.norm_residual && !p.norm_counter) return;  // no norm variant for this shape (the caller checks)
+  int64_t groups = 0;
+  for (int j = 0; j < p.jobs; ++j) p.group_end[j] = groups += (p.w[j].rows + RPW - 1) / RPW;
+  const int64_t nchunks = p.w[0].cols / (kFp8 ? 16 : 8);
+  auto blocks = [&](int ks) { return (groups * ks + kGemvWarps - 1) / kGemvWarps; };
+  int ks = 1, grid = 0;
+  if (gemv_ab("oldgrid")) {
+    // Earlier rule: split the width until every SM has two blocks' worth of row groups, one block
+    // per block group (a second, partly empty wave when that exceeds the resident blocks).
+    while (ks < kGemvWarps && groups * ks / kGemvWarps < 2 * sm_count && nchunks / (2 * ks) >= 32) ks *= 2;
+    grid = blocks_for(groups * ks, kGemvWarps, sm_count, 32);
+  } else {
+    // Split the width as far as the work still fits one wave of resident blocks (more warps in
+    // flight for narrow matrices such as kv_a_proj), keeping >= 32 chunks a slice; then launch
+    // at most one wave and let the balanced shares cover the rest.
+    const int64_t resident = int64_t(per_sm) * sm_count;
+    while (ks < kGemvWarps && blocks(2 * ks) <= resident && nchunks / (2 * ks) >= 32) ks *= 2;
+    grid = static_cast<int>(std::max<int64_t>(1, std::min(blocks(ks), resident)));
+  }
+  p.ks = ks;
+  launch_pdl(kernel, dim3(grid), dim3(kGemvThreads), 0, s, p);
+}
+
+template <bool kFp8, int RPW, bool kPdl, class OutT>
+void gemv_dense_launch(DenseGemvParams& p, int sm_count, cudaStream_t s) {
   constexpr int U = kFp8 ? 4 : 8;  // 16-byte chunks per lane per row: a whole 2048-wide row
-  // Split the width over KS warps when there are too few row groups to give every SM two
-  // blocks (kv_a_proj: 576 rows), keeping at least 32 chunks per slice.
-  const int64_t groups = (w.rows + RPW - 1) / RPW;
-  const int64_t nchunks = w.cols / (kFp8 ? 16 : 8);
-  int ks = 1;
-  while (ks < kGemvWarps && groups * ks / kGemvWarps < 2 * sm_count && nchunks / (2 * ks) >= 32) ks *= 2;
-  const int grid = blocks_for(groups * ks, kGemvWarps, sm_count, 32);
-  if (matmul_pdl()) gemv_dense_launch<kFp8, RPW, U, true>(w, x, m, y, ks, grid, s);
-  else gemv_dense_launch<kFp8, RPW, U, false>(w, x, m, y, ks, grid, s);
+  if (p.m <= 1) gemv_dense_launch_mt<kFp8, RPW, 1, U, kPdl, OutT>(p, sm_count, s);
+  else if (p.m <= 2) gemv_dense_launch_mt<kFp8, RPW, 2, U, kPdl, OutT>(p, sm_count, s);
+  else if (p.m <= 4) gemv_dense_launch_mt<kFp8, RPW, 4, U, kPdl, OutT>(p, sm_count, s);
+  else gemv_dense_launch_mt<kFp8, RPW, 8, U, kPdl, OutT>(p, sm_count, s);
+}
+
+template <bool kFp8, int RPW, class OutT>
+void gemv_dense_pdl(DenseGemvParams& p, int sm_count, cudaStream_t s) {
+  if (matmul_pdl()) gemv_dense_launch<kFp8, RPW, true, OutT>(p, sm_count, s);
+  else gemv_dense_launch<kFp8, RPW, false, OutT>(p, sm_count, s);
 }
 
 template <bool kFp8, int BN>
@@ -151,20 +210,62 @@ void set_gemv_max_tokens(int linear_m, int experts_m) {
   g_expert_gemv_max_tokens = std::clamp(experts_m, 0, kExpertGemvMaxTokens);
 }
 
+namespace {
+constexpr unsigned kGemvAbCount = 5;
+const char* const kGemvAbNames[kGemvAbCount] = {"oldgrid", "nogroup", "oldlmhead", "nofp8group", "nofold"};
+unsigned parse_gemv_ab() {
+  const char* v = std::getenv("RS_GEMV_AB");
+  std::string s = v ? v : "";
+  unsigned bits = 0;
+  for (size_t b = 0; b <= s.size();) {
+    const size_t e = std::min(s.find(',', b), s.size());
+    for (unsigned i = 0; i < kGemvAbCount; ++i)
+      if (s.compare(b, e - b, kGemvAbNames[i]) == 0) bits |= 1u << i;
+    b = e + 1;
+  }
+  return bits;
+}
+}  // namespace
+
+bool gemv_ab(const char* token) {
+  static const unsigned bits = parse_gemv_ab();
+  const std::string t = token;
+  for (unsigned i = 0; i < kGemvAbCount; ++i)
+    if (t == kGemvAbNames[i]) return bits & (1u << i);
+  return false;
+}
+
+void launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t s) {
+  if (p.jobs <= 0 || p.jobs > kMaxGemvJobs || p.m <= 0) return;
+  // Two rows per warp doubles the loads in flight, but only pays when there are enough rows
+  // to give every SM several warps. FP8 rows are half the bytes, so FP8 pairs rows from half as
+  // many rows on.
+  const bool fp8 = p.w[0].type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
+  int64_t rows = 0;
+  for (int j = 0; j < p.jobs; ++j) rows += p.w[j].rows;
+  const bool two_rows = !p.norm_residual && rows >= int64_t(sm_count) * kGemvWarps * 2 * (fp8 ? 1 : 2);
+  if (p.out_fp32) {  // bf16 weights only (the lm_head and router weights); see matmul_launch.h
+    if (fp8) return;
+    if (two_rows) gemv_dense_pdl<false, 2, float>(p, sm_count, s);
+    else gemv_dense_pdl<false, 1, float>(p, sm_count, s);
+  } else if (fp8) {
+    if (two_rows) gemv_dense_pdl<true, 2, __nv_bfloat16>(p, sm_count, s);
+    else gemv_dense_pdl<true, 1, __nv_bfloat16>(p, sm_count, s);
+  } else {
+    if (two_rows) gemv_dense_pdl<false, 2, __nv_bfloat16>(p, sm_count, s);
+    else gemv_dense_pdl<false, 1, __nv_bfloat16>(p, sm_count, s);
+  }
+}
+
 void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
                        __nv_bfloat16* y, int sm_count, cudaStream_t s) {
-  // Two rows per warp doubles the loads in flight, but only pays when there are enough rows
-  // to give every SM several warps.
-  const bool fp8 = w.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
-  // FP8 rows are half the bytes, so FP8 pairs rows from half as many rows on.
-  const bool two_rows = w.rows >= int64_t(sm_count) * kGemvWarps * 2 * (fp8 ? 1 : 2);
-  if (fp8) {
-    if (two_rows) gemv_dense_mt<true, 2>(w, x, m, y, sm_count, s);
-    else gemv_dense_mt<true, 1>(w, x, m, y, sm_count, s);
-  } else {
-    if (two_rows) gemv_dense_mt<false, 2>(w, x, m, y, sm_count, s);
-    else gemv_dense_mt<false, 1>(w, x, m, y, sm_count, s);
-  }
+  DenseGemvParams p;
+  p.w[0] = w;
+  p.y[0] = y;
+  p.jobs = 1;
+  p.x = x;
+  p.m = m;
+  launch_gemv_dense_jobs(p, sm_count, s);
 }
 
 bool gemv_tc_ok(const rs::cuda::DeviceMatrix& w) {

@@ -16,6 +16,9 @@ struct LmHeadParams {
   float* logits = nullptr;           // [n, vocab]
   int n = 0, hidden = 0, vocab = 0;
 };
+// Up to this many rows the logits come from the dense GEMV (weights streamed once, fp32
+// outputs); above it a WMMA GEMM (or, for few vocab rows, a warp-per-row kernel).
+constexpr int kLmHeadGemvMaxRows = 16;
 void launch_lm_head(const LmHeadParams& p, cudaStream_t stream);
 
 }  // namespace rs::cuda

@@ -31,6 +31,36 @@ struct DenseGemmParams {
   float* partial = nullptr;          // [splits, m, w.rows], when there are several
 };
 
+// Dense GEMV over up to kMaxGemvJobs weights of one width and type that read the same
+// activations (q_proj and kv_a_proj both read the normed hidden state): one launch, each weight
+// read in place (no copies). The caller fills w, y, jobs, x, x_rows, m, out_fp32; the launcher
+// fills group_end and ks. (gemv room, additive)
+constexpr int kMaxGemvJobs = 4;
+struct DenseGemvParams {
+  rs::cuda::DeviceMatrix w[kMaxGemvJobs];  // same cols and type
+  void* y[kMaxGemvJobs] = {};              // [m, w[j].rows]: bf16, or fp32 with out_fp32
+  int64_t group_end[kMaxGemvJobs] = {};    // cumulative row groups (launcher)
+  int jobs = 0;
+  const __nv_bfloat16* x = nullptr;        // [*, cols]; unused with the norm prologue
+  const int32_t* x_rows = nullptr;         // [m] rows of x to use (nullptr: rows 0..m-1)
+  int m = 0;
+  int ks = 1;                              // width slices per row group (launcher)
+  bool out_fp32 = false;                   // fp32 outputs (logits) instead of bf16: bf16 weights only
+  // Optional prologue, the attention input's add + RMSNorm (the add_rmsnorm op's arithmetic):
+  // every block forms x = rmsnorm(residual + delta0 + delta1 + delta2) * norm_weight in shared
+  // memory and multiplies with that; the last block to finish reading writes the updated
+  // residual and x (to norm_out) back. norm_counter (launcher): a zeroed word, left zeroed.
+  float* norm_residual = nullptr;          // [m, cols] fp32, updated in place; nullptr: no prologue
+  __nv_bfloat16* norm_out = nullptr;       // [m, cols] the normed x, for later readers
+  const __nv_bfloat16* norm_delta[3] = {};
+  const float* norm_weight = nullptr;      // [cols]
+  float norm_eps = 0.f;
+  unsigned* norm_counter = nullptr;
+};
+// Largest m * cols the norm prologue holds in shared memory (bf16), and its largest m.
+constexpr int64_t kGemvNormMaxElems = 8192;
+constexpr int kGemvNormMaxTokens = 2;
+
 struct ExpertGemvParams {
   rs::cuda::MoeExperts experts;
   const __nv_bfloat16* x = nullptr;  // [m, hidden]
@@ -64,6 +94,17 @@ struct ExpertGemmParams {
 // Dense, m <= kGemvMaxTokens, vector path (cols % chunk == 0, 16-byte aligned rows).
 void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
                        __nv_bfloat16* y, int sm_count, cudaStream_t stream);
+// The same CUDA-core GEMV over several jobs (DenseGemvParams): any m (token tiles of up to 8,
+// looped), vector path only, out_fp32 with bf16 weights only (both checked by the caller: the
+// launcher launches nothing otherwise). (gemv room, additive)
+void launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t stream);
+// A/B switches of the dense GEMV, read once from RS_GEMV_AB (comma-separated tokens) so one
+// binary can time the variants of whole forward steps side by side: "oldgrid" (the earlier
+// split / grid rule), "nogroup" (no grouped q_proj + kv_a launch), "oldlmhead" (the earlier
+// warp-per-row lm_head kernel), "nofp8group" (FP8 jobs that would take the tensor-core GEMV
+// alone are not grouped), "nofold" (the attention input's
+// add + RMSNorm as its own kernel, not the grouped GEMV's prologue). (gemv room, additive)
+bool gemv_ab(const char* token);
 // Dense, m <= 8, tensor-core GEMV (gemv_tc.cuh): the default where gemv_tc_ok(w) (bf16, or
 // FP8 with block_rows % 16 == 0 and block_cols % 64 == 0) on the vector path.
 bool gemv_tc_ok(const rs::cuda::DeviceMatrix& w);

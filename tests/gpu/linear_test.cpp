@@ -1,7 +1,8 @@
 // linear() and moe_experts() against an fp64 host reference: random non-zero inputs, poisoned
 // outputs, shapes that are not multiples of any tile, FP8 with partial scale blocks, every
 // dispatch path (scalar fallback, GEMV, split-K GEMM, each tensor-core tile width), and CUDA
-// graph capture with routing that changes between replays.
+// graph capture with routing that changes between replays; the grouped GEMV (linear_group, with
+// and without the attention input's add + RMSNorm folded in) and the lm_head's fp32 logits.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,8 +13,10 @@
 
 #include "backend/cuda/linear.h"
 #include "common/error.h"
+#include "kernels/ops/lm_head_params.h"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/moe_decode_launch.h"
+#include "kernels/ops/rmsnorm_params.h"
 #include "tests/gpu/linear_test_util.h"
 
 using namespace rs::test;
@@ -518,5 +521,280 @@ TEST_CASE("moe_experts refuses shared experts it cannot fold in, with a clear er
   CHECK_FALSE(rs::cuda::moe_can_fuse_shared(e, 100000));  // beyond the decode kernels
   e.type = WeightType::BF16;  // type mismatch with the shared matrices
   CHECK_FALSE(rs::cuda::moe_can_fuse_shared(e, 1));
+}
+}
+
+// ---- Grouped dense GEMV (linear_group) and the lm_head's fp32-output GEMV path ----------------
+namespace {
+
+// Jobs of one width over the same x; every job's output against the fp64 reference.
+void check_group(WeightType t, const std::vector<int64_t>& rows, int64_t cols, int m, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<std::unique_ptr<TestMatrix>> w;
+  std::vector<std::unique_ptr<DeviceBuf<uint16_t>>> y;
+  std::vector<rs::cuda::LinearJob> jobs;
+  int64_t max_rows = 0;
+  for (int64_t r : rows) {
+    w.push_back(std::make_unique<TestMatrix>(t, r, cols, rng));
+    y.push_back(std::make_unique<DeviceBuf<uint16_t>>(size_t(m) * r));
+    y.back()->poison();
+    jobs.push_back({w.back()->dm, reinterpret_cast<__nv_bfloat16*>(y.back()->ptr)});
+    max_rows = std::max(max_rows, r);
+  }
+  auto xh = rng.bf16(size_t(m) * cols);
+  DeviceBuf<uint16_t> x(xh);
+  const size_t wsb = rs::cuda::linear_workspace_bytes(m, max_rows, cols);
+  DeviceBuf<uint8_t> ws(wsb);
+  rs::cuda::linear_group(jobs.data(), int(jobs.size()), reinterpret_cast<const __nv_bfloat16*>(x.ptr), m,
+                         {ws.ptr, wsb}, nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "linear_group");
+  const auto xd = to_double(xh);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    std::vector<double> ref(size_t(m) * rows[j]);
+    for (int tok = 0; tok < m; ++tok)
+      for (int64_t r = 0; r < rows[j]; ++r) ref[size_t(tok) * rows[j] + r] = w[j]->dot(r, xd, int64_t(tok) * cols);
+    const auto st = relative_error(y[j]->download(), ref);
+    INFO("linear_group " << (t == WeightType::BF16 ? "bf16" : "fp8") << " job " << j << " of " << rows.size()
+                         << " rows=" << rows[j] << " cols=" << cols << " m=" << m << " rel=" << st.rel
+                         << " nan=" << st.nan);
+    CHECK(st.nan == 0);
+    CHECK(st.rel <= kTolerance);
+  }
+}
+
+// launch_lm_head: logits[i, v] = x[rows[i]] . w[v] in fp32, against fp64 (fp32 accumulation
+// over `hidden` products: relative error ~1e-6, far inside 1e-4).
+void check_lm_head(int n, int vocab, int hidden, bool indirect, uint64_t seed) {
+  Rng rng(seed);
+  const int x_rows = n + 3;
+  auto wh = rng.bf16(size_t(vocab) * hidden), xh = rng.bf16(size_t(x_rows) * hidden);
+  std::vector<int32_t> rows(n);
+  for (int i = 0; i < n; ++i) rows[i] = indirect ? (n - 1 - i + 2) % x_rows : i;  // reversed, shifted
+  DeviceBuf<uint16_t> w(wh), x(xh);
+  DeviceBuf<int32_t> drows(rows);
+  DeviceBuf<float> logits(size_t(n) * vocab);
+  logits.poison();
+  rs::cuda::LmHeadParams p;
+  p.x = reinterpret_cast<const __nv_bfloat16*>(x.ptr);
+  p.rows = indirect ? drows.ptr : nullptr;
+  p.w = reinterpret_cast<const __nv_bfloat16*>(w.ptr);
+  p.logits = logits.ptr;
+  p.n = n;
+  p.hidden = hidden;
+  p.vocab = vocab;
+  rs::cuda::launch_lm_head(p, nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "lm_head");
+  const auto out = logits.download();
+  const auto wd = to_double(wh), xd = to_double(xh);
+  double num = 0, den = 0;
+  size_t bad = 0;
+  for (int i = 0; i < n; ++i)
+    for (int v = 0; v < vocab; ++v) {
+      double ref = 0;
+      for (int k = 0; k < hidden; ++k) ref += wd[size_t(v) * hidden + k] * xd[size_t(rows[i]) * hidden + k];
+      const double o = out[size_t(i) * vocab + v];
+      if (!std::isfinite(o)) ++bad;
+      else num += (o - ref) * (o - ref);
+      den += ref * ref;
+    }
+  const double rel = std::sqrt(num / den);
+  INFO("lm_head n=" << n << " vocab=" << vocab << " hidden=" << hidden << " indirect=" << indirect << " rel=" << rel
+                    << " non-finite=" << bad);
+  CHECK(bad == 0);
+  CHECK(rel <= 1e-4);
+}
+
+}  // namespace
+
+TEST_SUITE("gpu.linear") {
+TEST_CASE("linear_group rejects bad operands with a clear error") {
+  DeviceMatrix a, b;
+  a.rows = b.rows = 16;
+  a.cols = 256;
+  b.cols = 128;  // jobs share x, so their widths must agree
+  a.data = b.data = &a;
+  auto* y = reinterpret_cast<__nv_bfloat16*>(&b);
+  const rs::cuda::LinearJob jobs[2] = {{a, y}, {b, y}};
+  CHECK_THROWS_WITH_AS(rs::cuda::linear_group(jobs, 2, nullptr, 1, {}, nullptr), doctest::Contains("wide"), rs::Error);
+  CHECK_THROWS_AS(rs::cuda::linear_group(jobs, rs::kern::kMaxGemvJobs + 1, nullptr, 1, {}, nullptr), rs::Error);
+  CHECK_THROWS_AS(rs::cuda::linear_group(jobs, 1, nullptr, -1, {}, nullptr), rs::Error);
+  const rs::cuda::LinearJob no_y[1] = {{a, nullptr}};
+  CHECK_THROWS_WITH_AS(rs::cuda::linear_group(no_y, 1, nullptr, 1, {}, nullptr), doctest::Contains("y"), rs::Error);
+}
+
+TEST_CASE("linear_group (grouped GEMV) matches the fp64 reference, bf16 and fp8, 1 to 16 rows") {
+  if (skip_without_gpu("linear_group")) return;
+  const int lin = rs::kern::gemv_max_tokens(), exp = rs::kern::expert_gemv_max_tokens();
+  rs::kern::set_gemv_max_tokens(rs::kern::kGemvMaxTokens, exp);
+  uint64_t seed = 2000;
+  // Default dispatch, then with the tensor-core GEMV off (the dispatch test of each job differs;
+  // m > 8 takes one linear() per job either way).
+  for (bool tc : {true, false}) {
+    rs::kern::set_gemv_tc(tc);
+    for (int m : {1, 2, 3, 5, 8, 11, 16}) {
+      check_group(WeightType::BF16, {3072 / 4, 576 / 4}, 2048, m, seed++);     // q_proj + kv_a, narrower
+      check_group(WeightType::BF16, {37, 130, 9}, 1024, m, seed++);            // odd rows, three jobs
+      check_group(WeightType::FP8_E4M3_BLOCK, {300, 129}, 1008, m, seed++);   // partial scale blocks
+    }
+    check_group(WeightType::BF16, {3999, 601}, 256, 1, seed++);  // two rows a warp, odd job ends
+    check_group(WeightType::BF16, {3999, 601}, 256, 4, seed++);
+    check_group(WeightType::FP8_E4M3_BLOCK, {2001, 333}, 512, 1, seed++);
+    check_group(WeightType::FP8_E4M3_BLOCK, {1536, 576}, 2048, 2, seed++);  // V3-style q_a + kv_a, narrower
+    check_group(WeightType::BF16, {64}, 2048, 1, seed++);                    // one job
+    check_group(WeightType::BF16, {96, 40, 7, 300}, 4096, 3, seed++);        // four jobs, width split
+  }
+  rs::kern::set_gemv_tc(true);
+  rs::kern::set_gemv_max_tokens(lin, exp);
+}
+
+// The grouped launch under graph capture, followed by a linear() that reads one of its outputs
+// (the PDL wait of the successor must see the grouped kernel's writes).
+TEST_CASE("linear_group replays from a CUDA graph and feeds the next call") {
+  if (skip_without_gpu("linear_group graph")) return;
+  Rng rng(2100);
+  TestMatrix a(WeightType::BF16, 1024, 2048, rng), b(WeightType::BF16, 576, 2048, rng), c(WeightType::BF16, 700, 1024, rng);
+  auto xh = rng.bf16(2048);
+  DeviceBuf<uint16_t> x(xh), ya(1024), yb(576), yc(700);
+  const size_t wsb = rs::cuda::linear_workspace_bytes(1, 1024, 2048);
+  DeviceBuf<uint8_t> ws(wsb);
+  cudaStream_t s;
+  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const rs::cuda::LinearJob jobs[2] = {{a.dm, reinterpret_cast<__nv_bfloat16*>(ya.ptr)},
+                                       {b.dm, reinterpret_cast<__nv_bfloat16*>(yb.ptr)}};
+  auto body = [&] {
+    rs::cuda::linear_group(jobs, 2, reinterpret_cast<const __nv_bfloat16*>(x.ptr), 1, {ws.ptr, wsb}, s);
+    rs::cuda::linear(c.dm, reinterpret_cast<const __nv_bfloat16*>(ya.ptr), 1, reinterpret_cast<__nv_bfloat16*>(yc.ptr),
+                     {ws.ptr, wsb}, s);
+  };
+  body();  // warm-up outside capture
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  body();
+  cuda_ok(cudaStreamEndCapture(s, &g), "end capture");
+  cuda_ok(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+  for (int rep = 0; rep < 3; ++rep) {
+    ya.poison();
+    yb.poison();
+    yc.poison();
+    cuda_ok(cudaGraphLaunch(ge, s), "launch");
+    cuda_ok(cudaStreamSynchronize(s), "replay");
+    const auto xd = to_double(xh);
+    std::vector<double> ra(1024), rb(576);
+    for (int r = 0; r < 1024; ++r) ra[r] = a.dot(r, xd, 0);
+    for (int r = 0; r < 576; ++r) rb[r] = b.dot(r, xd, 0);
+    const auto yah = ya.download();
+    const auto yad = to_double(yah);
+    std::vector<double> rc(700);
+    for (int r = 0; r < 700; ++r) rc[r] = c.dot(r, yad, 0);
+    INFO("replay " << rep);
+    CHECK(relative_error(yah, ra).rel <= kTolerance);
+    CHECK(relative_error(yb.download(), rb).rel <= kTolerance);
+    CHECK(relative_error(yc.download(), rc).rel <= kTolerance);
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("lm_head fp32 logits match the fp64 reference on every path") {
+  if (skip_without_gpu("lm_head")) return;
+  uint64_t seed = 2200;
+  for (int n : {1, 2, 3, 5, 8, 9, 13, 16}) {  // the GEMV path
+    check_lm_head(n, 5003, 2048, n % 2 == 1, seed++);
+    check_lm_head(n, 64, 2048, false, seed++);  // router logits (64 experts)
+  }
+  check_lm_head(4, 9000, 264, true, seed++);   // two rows a warp, narrow and odd width in chunks
+  check_lm_head(1, 33, 72, false, seed++);
+  check_lm_head(20, 64, 2048, false, seed++);  // router above 16 rows: warp-per-row kernel
+  check_lm_head(64, 64, 2048, true, seed++);
+  check_lm_head(40, 3000, 512, true, seed++);  // WMMA GEMM
+}
+}
+
+// ---- The attention input's add + RMSNorm folded into the grouped GEMV -------------------------
+namespace {
+
+// linear_group with a norm against the separate add_rmsnorm kernel on a copy of the same
+// residual: the residual and x must come out bit for bit equal (same arithmetic), and the
+// products must match the fp64 reference over that x. Three calls in a row: the residual
+// accumulates and the last-block counter must be back at zero for every next call.
+void check_group_norm(WeightType t, const std::vector<int64_t>& rows, int64_t cols, int m, int n_deltas,
+                      uint64_t seed) {
+  Rng rng(seed);
+  std::vector<std::unique_ptr<TestMatrix>> w;
+  std::vector<std::unique_ptr<DeviceBuf<uint16_t>>> y;
+  std::vector<rs::cuda::LinearJob> jobs;
+  int64_t max_rows = 0;
+  DeviceBuf<uint16_t> x(size_t(m) * cols), x_ref(size_t(m) * cols);
+  for (int64_t r : rows) {
+    w.push_back(std::make_unique<TestMatrix>(t, r, cols, rng));
+    y.push_back(std::make_unique<DeviceBuf<uint16_t>>(size_t(m) * r));
+    jobs.push_back({w.back()->dm, reinterpret_cast<__nv_bfloat16*>(y.back()->ptr)});
+    max_rows = std::max(max_rows, r);
+  }
+  std::vector<float> res_h(size_t(m) * cols), wt_h(cols);
+  for (auto& v : res_h) v = rng.uniform(-4.f, 4.f);
+  for (auto& v : wt_h) v = rng.uniform(0.5f, 1.5f);
+  DeviceBuf<float> res(res_h), res_ref(res_h), wt(wt_h);
+  std::vector<std::unique_ptr<DeviceBuf<uint16_t>>> deltas;
+  for (int d = 0; d < n_deltas; ++d) deltas.push_back(std::make_unique<DeviceBuf<uint16_t>>(rng.bf16(size_t(m) * cols)));
+  const size_t wsb = rs::cuda::linear_workspace_bytes(m, max_rows, cols);
+  DeviceBuf<uint8_t> ws(wsb);
+  auto norm_of = [&](DeviceBuf<float>& r, DeviceBuf<uint16_t>& out) {
+    rs::cuda::AddRmsNormParams a;
+    a.residual = r.ptr;
+    const __nv_bfloat16** ds[3] = {&a.delta0, &a.delta1, &a.delta2};
+    for (int d = 0; d < n_deltas; ++d) *ds[d] = reinterpret_cast<const __nv_bfloat16*>(deltas[d]->ptr);
+    a.weight = wt.ptr;
+    a.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
+    a.n = m;
+    a.hidden = int(cols);
+    a.eps = 1e-6f;
+    return a;
+  };
+  for (int call = 0; call < 3; ++call) {
+    for (auto& b : y) b->poison();
+    x.poison();
+    const rs::cuda::AddRmsNormParams a = norm_of(res, x), a_ref = norm_of(res_ref, x_ref);
+    rs::cuda::launch_add_rmsnorm(a_ref, nullptr);
+    rs::cuda::linear_group(jobs.data(), int(jobs.size()), reinterpret_cast<const __nv_bfloat16*>(x.ptr), m,
+                           {ws.ptr, wsb}, nullptr, &a);
+    cuda_ok(cudaDeviceSynchronize(), "linear_group with norm");
+    INFO("linear_group+norm " << (t == WeightType::BF16 ? "bf16" : "fp8") << " cols=" << cols << " m=" << m
+                              << " deltas=" << n_deltas << " call " << call);
+    const auto xh = x.download();
+    CHECK(xh == x_ref.download());
+    CHECK(res.download() == res_ref.download());
+    const auto xd = to_double(xh);
+    for (size_t j = 0; j < rows.size(); ++j) {
+      std::vector<double> ref(size_t(m) * rows[j]);
+      for (int tok = 0; tok < m; ++tok)
+        for (int64_t r = 0; r < rows[j]; ++r) ref[size_t(tok) * rows[j] + r] = w[j]->dot(r, xd, int64_t(tok) * cols);
+      const auto st = relative_error(y[j]->download(), ref);
+      INFO("job " << j << " rows=" << rows[j] << " rel=" << st.rel << " nan=" << st.nan);
+      CHECK(st.nan == 0);
+      CHECK(st.rel <= kTolerance);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("gpu.linear") {
+TEST_CASE("linear_group with the add + RMSNorm folded in equals the separate kernels") {
+  if (skip_without_gpu("linear_group norm")) return;
+  uint64_t seed = 2300;
+  for (bool tc : {true, false}) {
+    rs::kern::set_gemv_tc(tc);
+    for (int m : {1, 2, 3}) {  // 1 and 2 fold; 3 runs add_rmsnorm first
+      check_group_norm(WeightType::BF16, {768, 144}, 2048, m, 3, seed++);
+      check_group_norm(WeightType::FP8_E4M3_BLOCK, {1536, 576}, 2048, m, 2, seed++);
+    }
+    check_group_norm(WeightType::BF16, {37, 130}, 1032, 1, 1, seed++);  // odd width, one delta
+    check_group_norm(WeightType::BF16, {300}, 7168, 1, 0, seed++);      // V3 width, no delta
+    check_group_norm(WeightType::BF16, {300, 20}, 7168, 2, 2, seed++);  // beyond the shared memory: separate norm
+  }
+  rs::kern::set_gemv_tc(true);
 }
 }

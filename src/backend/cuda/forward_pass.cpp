@@ -263,9 +263,16 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   const int R = s.kv_lora_rank, kvd = s.kv_cache_dim(), qk = s.qk_head_dim();
   __nv_bfloat16* xn = xn_.get<__nv_bfloat16>();
   __nv_bfloat16* q = q_.get<__nv_bfloat16>();
+  // q_proj (or q_a) and kv_a read the same normed hidden state: one grouped GEMV launch at
+  // decode sizes (linear_group), each weight streamed in place.
+  // The layer's input add + RMSNorm (input_norm_, producing xn) rides along: the launch's
+  // prologue for one or two rows, its own kernel otherwise.
+  const AddRmsNormParams* norm = input_norm_;
+  input_norm_ = nullptr;
   if (s.q_lora_rank > 0) {
-    RS_OP("q_a+norm+q_b");
-    linear(L.q_a, xn, n, qa_.get<__nv_bfloat16>(), lws, stream);
+    RS_OP("add+rmsnorm + q_a+kv_a (grouped) + norm + q_b");
+    const LinearJob qkv[2] = {{L.q_a, qa_.get<__nv_bfloat16>()}, {L.kv_a, kva_.get<__nv_bfloat16>()}};
+    linear_group(qkv, 2, xn, n, lws, stream, norm);
     RmsNormRowsParams nr;
     nr.in = nr.out = qa_.get<__nv_bfloat16>();
     nr.weight = L.q_a_norm;
@@ -275,12 +282,9 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     launch_rmsnorm_rows(nr, stream);
     linear(L.q_b, qa_.get<__nv_bfloat16>(), n, q, lws, stream);
   } else {
-    RS_OP("q_proj (linear)");
-    linear(L.q_proj, xn, n, q, lws, stream);
-  }
-  {
-    RS_OP("kv_a (linear)");
-    linear(L.kv_a, xn, n, kva_.get<__nv_bfloat16>(), lws, stream);
+    RS_OP("add+rmsnorm + q_proj+kv_a (grouped)");
+    const LinearJob qkv[2] = {{L.q_proj, q}, {L.kv_a, kva_.get<__nv_bfloat16>()}};
+    linear_group(qkv, 2, xn, n, lws, stream, norm);
   }
   __nv_bfloat16* cache = cache_ + layer * layer_stride_;
   KvWriteParams kw;
@@ -515,7 +519,7 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
     const DeviceLayer& L = w_.layers[l];
     set_deltas();
     an.weight = L.input_norm;
-    { RS_OP("add+rmsnorm"); launch_add_rmsnorm(an, stream); }
+    input_norm_ = &an;  // run by attention(): alone, or folded into the q/kv GEMV launch
     attention(l, n, nd, prefills, stream);
     if (router_takes_norm(l, n)) {
       pending = attn_out_.get<__nv_bfloat16>();

@@ -70,6 +70,9 @@ class ForwardPass {
   void forward(int n, int nd, const std::vector<Prefill>& prefills, int nlogits, const int32_t* logit_rows,
                cudaStream_t stream);
   void attention(int layer, int n, int nd, const std::vector<Prefill>& prefills, cudaStream_t stream);
+  // The layer's attention-input add + RMSNorm: forward() leaves it here and attention() runs it,
+  // alone or as the prologue of the q/kv GEMV launch (linear_group). (gemv room, additive)
+  const AddRmsNormParams* input_norm_ = nullptr;
   // attn_delta: the attention output when the post-attention add + RMSNorm is left to the fused
   // router (router_takes_norm); the caller then adds it to the residual in the next add + RMSNorm.
   void mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1,

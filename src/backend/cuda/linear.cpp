@@ -69,6 +69,15 @@ bool vector_path_ok(const DeviceMatrix& w, const void* x) {
   return w.cols % chunk == 0 && aligned16(w.data) && aligned16(x) && (!fp8 || w.block_cols % 16 == 0);
 }
 
+// Measured on an H200 (docs/perf/matmul.md): the tensor-core GEMV wins for FP8 (no per-element
+// conversion to fp32) once there are enough 16-row tiles to fill the GPU, and for bf16 from two
+// tokens on or on narrow matrices; the CUDA-core GEMV wins for one bf16 token on wide matrices
+// and for few rows (it splits the width across warps).
+bool gemv_takes_tensor_cores(const DeviceMatrix& w, int m) {
+  const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
+  return kern::gemv_tc_ok(w) && (fp8 ? w.rows >= 1024 : (m >= 2 || w.cols <= 1024));
+}
+
 int tile_tokens_for(int64_t tokens_per_tile) {
   if (tokens_per_tile <= 16) return 16;
   if (tokens_per_tile <= 32) return 32;
@@ -334,13 +343,7 @@ void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16*
     return;
   }
   if (m <= kern::gemv_max_tokens()) {
-    // Measured on an H200 (docs/perf/matmul.md): the tensor-core GEMV wins for FP8 (no
-    // per-element conversion to fp32) once there are enough 16-row tiles to fill the GPU, and
-    // for bf16 from two tokens on or on narrow matrices; the CUDA-core GEMV wins for one bf16
-    // token on wide matrices and for few rows (it splits the width across warps).
-    const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
-    const bool tc = kern::gemv_tc_ok(w) && (fp8 ? w.rows >= 1024 : (m >= 2 || w.cols <= 1024));
-    if (tc) kern::launch_gemv_tc(w, x, m, y, sms, stream);
+    if (gemv_takes_tensor_cores(w, m)) kern::launch_gemv_tc(w, x, m, y, sms, stream);
     else kern::launch_gemv_dense(w, x, m, y, sms, stream);
     check_launch("linear (gemv)");
     return;
@@ -369,6 +372,78 @@ void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16*
   p.partial = splits > 1 ? static_cast<float*>(ws.ptr) : nullptr;
   kern::launch_gemm_dense(p, bn, static_cast<int>(splits), stream);
   check_launch("linear (gemm)");
+}
+
+void linear_group(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* x, int m, const LinearWorkspace& ws,
+                  cudaStream_t stream, const AddRmsNormParams* norm) {
+  if (n_jobs < 0 || n_jobs > kern::kMaxGemvJobs || (n_jobs > 0 && !jobs))
+    throw Error("linear_group: n_jobs must be in [0, " + std::to_string(kern::kMaxGemvJobs) + "], got " +
+                std::to_string(n_jobs));
+  if (m < 0) throw Error("linear_group: m must be >= 0, got " + std::to_string(m));
+  for (int i = 0; i < n_jobs; ++i) {
+    check_matrix(jobs[i].w, "linear_group job " + std::to_string(i));
+    if (!jobs[i].y) throw Error("linear_group job " + std::to_string(i) + ": y must be a device pointer");
+    if (jobs[i].w.cols != jobs[0].w.cols)
+      throw Error("linear_group job " + std::to_string(i) + ": weight " + describe(jobs[i].w) +
+                  " is not as wide as job 0's " + describe(jobs[0].w) + " (they share x)");
+  }
+  if (norm && (norm->out != x || norm->n != m || !norm->residual || !norm->weight ||
+               (n_jobs > 0 && norm->hidden != jobs[0].w.cols)))
+    throw Error("linear_group: the norm must write x (out == x) for all m=" + std::to_string(m) +
+                " rows of width " + (n_jobs > 0 ? std::to_string(jobs[0].w.cols) : std::string("?")) +
+                " from a residual and a weight, got n=" + std::to_string(norm->n) + " hidden=" +
+                std::to_string(norm->hidden));
+  if (m == 0) return;
+  if (n_jobs == 0) {
+    if (norm) launch_add_rmsnorm(*norm, stream);
+    return;
+  }
+  if (!x) throw Error("linear_group: x must be a device pointer");
+  // One launch where every job would take the CUDA-core GEMV on its own. FP8 jobs are grouped
+  // even where one alone would take the tensor-core GEMV (FP8 q_proj): measured on an H200, the
+  // one grouped launch (with the norm folded in) beat the tensor-core q_proj + CUDA-core kv_a
+  // by 28 us a decode step (docs/perf/matmul.md); RS_GEMV_AB=nofp8group keeps them apart.
+  bool one_launch = n_jobs > 1 && m <= kern::gemv_max_tokens() && !kern::gemv_ab("nogroup");
+  for (int i = 0; i < n_jobs && one_launch; ++i) {
+    const DeviceMatrix& w = jobs[i].w;
+    const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
+    one_launch = w.type == jobs[0].w.type && vector_path_ok(w, x) &&
+                 (!gemv_takes_tensor_cores(w, m) || (fp8 && !kern::gemv_ab("nofp8group")));
+  }
+  // The norm as the launch's prologue: its rows must fit the blocks' shared memory, and the
+  // residual / deltas take the add_rmsnorm kernel's float4 / 8-byte loads.
+  auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
+  const bool fold = norm && one_launch && !kern::gemv_ab("nofold") && m <= kern::kGemvNormMaxTokens &&
+                    int64_t(m) * norm->hidden <= kern::kGemvNormMaxElems && norm->hidden % 4 == 0 &&
+                    aligned(norm->residual, 16) && aligned(norm->weight, 16) && aligned(norm->delta0, 8) &&
+                    aligned(norm->delta1, 8) && aligned(norm->delta2, 8);
+  if (norm && !fold) {
+    launch_add_rmsnorm(*norm, stream);
+    check_launch("linear_group (add + rmsnorm)");
+  }
+  if (!one_launch) {
+    for (int i = 0; i < n_jobs; ++i) linear(jobs[i].w, x, m, jobs[i].y, ws, stream);
+    return;
+  }
+  kern::DenseGemvParams p;
+  for (int i = 0; i < n_jobs; ++i) {
+    p.w[i] = jobs[i].w;
+    p.y[i] = jobs[i].y;
+  }
+  p.jobs = n_jobs;
+  p.x = x;
+  p.m = m;
+  if (fold) {
+    p.norm_residual = norm->residual;
+    p.norm_out = norm->out;
+    p.norm_delta[0] = norm->delta0;
+    p.norm_delta[1] = norm->delta1;
+    p.norm_delta[2] = norm->delta2;
+    p.norm_weight = norm->weight;
+    p.norm_eps = norm->eps;
+  }
+  kern::launch_gemv_dense_jobs(p, sm_count(), stream);
+  check_launch(fold ? "linear_group (add + rmsnorm + grouped gemv)" : "linear_group (grouped gemv)");
 }
 
 void swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStream_t stream) {

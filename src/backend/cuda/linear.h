@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "kernels/ops/linear_params.h"
+#include "kernels/ops/rmsnorm_params.h"
 
 namespace rs::cuda {
 
@@ -21,6 +22,23 @@ size_t linear_workspace_bytes(int m_max, int64_t max_rows, int64_t max_cols);
 // Picks a bandwidth-bound GEMV path for small m and a tensor-core path for large m.
 void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16* y,
             const LinearWorkspace& ws, cudaStream_t stream);
+
+// Several weights over the same activations (q_proj and kv_a_proj both read the normed hidden
+// state): jobs[i].y[m, jobs[i].w.rows] = x[m, cols] @ jobs[i].w^T. At GEMV sizes (m <= 8, same
+// width and type, 16-byte aligned, bf16 jobs that would take the CUDA-core GEMV alone, any FP8)
+// this is one CUDA-core GEMV launch that streams every weight in place; otherwise one linear()
+// call per job.
+// `norm` (optional): the add + RMSNorm that produces x (norm->out == x, norm->n == m,
+// norm->hidden == cols) runs first: folded into that one launch as its prologue for m <= 2
+// (kGemvNormMaxTokens), else as its own kernel; either way residual and x are updated as
+// launch_add_rmsnorm() would. Calls with a norm share one device counter: one stream at a time.
+// (gemv room, additive)
+struct LinearJob {
+  DeviceMatrix w;
+  __nv_bfloat16* y = nullptr;
+};
+void linear_group(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* x, int m, const LinearWorkspace& ws,
+                  cudaStream_t stream, const AddRmsNormParams* norm = nullptr);
 
 struct MoeWorkspace {
   void* ptr = nullptr;
