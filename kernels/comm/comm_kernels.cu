@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kCommMaxThreads) tray_first_kernel(const __gri
   if (blockIdx.x == 0 && threadIdx.x == 0) p.across.state->dirty_vecs[buffer] = p.trays > 1 ? nvec * kPV : 0u;
 }
 
-template <ElemType kType, int kVecs, bool kTogether = false>
+template <ElemType kType, int kVecs>
 __global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_whole_row_kernel(const __grid_constant__ FusedArNormParams p) {
   using E = Elem<kType>;
   __shared__ uint32_t s_buffer;
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_whole
   pdl::wait();
   const uint32_t buffer = lamport_begin(p.ws, &s_buffer);
   pdl::launch_dependents();
-  fused_allreduce_rmsnorm_whole_row_op<E, kVecs, kTogether>(p, gamma, buffer, blockIdx.x, gridDim.x);
+  fused_allreduce_rmsnorm_whole_row_op<E, kVecs>(p, gamma, buffer, blockIdx.x, gridDim.x);
   lamport_end(p.ws, buffer, p.rows * fused_row_vecs(p.hidden, E::kLanes));
 }
 
@@ -103,26 +103,20 @@ cudaError_t launch_tray_first(const TrayFirstParams& p, LaunchShape s, cudaStrea
   return kern::launch_with_pdl(k, grid_of(s), block_of(s), 1, 0, stream, s.pdl, p);
 }
 
-template <bool kTogether>
-void (*whole_row_kernel(bool bf16, uint32_t per_thread))(const FusedArNormParams) {
-  switch (per_thread) {
-    case 1: return bf16 ? &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 1, kTogether> : &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 1, kTogether>;
-    case 2: return bf16 ? &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 2, kTogether> : &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 2, kTogether>;
-    case 3:
-    case 4: return bf16 ? &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 4, kTogether> : &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 4, kTogether>;
-    default: return nullptr;  // the host checks hidden first
-  }
-}
-
-cudaError_t launch_fused_allreduce_rmsnorm_whole_row(const FusedArNormParams& p, LaunchShape s, bool wait_together,
+cudaError_t launch_fused_allreduce_rmsnorm_whole_row(const FusedArNormParams& p, LaunchShape s,
                                                      cudaStream_t stream) {
   // Vectors of a row per thread: the fewest that fit a row in kCommMaxThreads threads.
   const uint32_t row_vecs = p.hidden * (p.type == ElemType::bf16 ? 2u : 4u) / kVecBytes;
   const uint32_t per_thread = (row_vecs + s.threads - 1) / s.threads;
+  void (*k)(const FusedArNormParams);
   const bool bf16 = p.type == ElemType::bf16;
-  void (*k)(const FusedArNormParams) = wait_together ? whole_row_kernel<true>(bf16, per_thread)
-                                                     : whole_row_kernel<false>(bf16, per_thread);
-  if (!k) return cudaErrorInvalidConfiguration;
+  switch (per_thread) {
+    case 1: k = bf16 ? &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 1> : &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 1>; break;
+    case 2: k = bf16 ? &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 2> : &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 2>; break;
+    case 3:
+    case 4: k = bf16 ? &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 4> : &fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 4>; break;
+    default: return cudaErrorInvalidConfiguration;  // the host checks hidden first
+  }
   return kern::launch_with_pdl(k, grid_of(s), block_of(s), 1, 0, stream, s.pdl, p);
 }
 
@@ -166,12 +160,6 @@ cudaError_t preload_comm_kernels() {
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 1>),
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 2>),
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 4>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 1, true>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 2, true>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::bf16, 4, true>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 1, true>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 2, true>),
-      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 4, true>),
       reinterpret_cast<const void*>(&arm_kernel),
   };
   for (const void* k : kernels) {

@@ -20,9 +20,8 @@ cudaError_t launch_two_shot(const TwoShotParams& p, LaunchShape shape, cudaStrea
 // shape.ctas must equal the grid of both of p's workspaces.
 cudaError_t launch_tray_first(const TrayFirstParams& p, LaunchShape shape, cudaStream_t stream);
 // One CTA per row (rows dealt round-robin); shape.threads x (1, 2 or 4) vectors hold a row.
-// wait_together: a thread waits for all its vectors in one spin (else one after another).
 cudaError_t launch_fused_allreduce_rmsnorm_whole_row(const FusedArNormParams& p, LaunchShape shape,
-                                                     bool wait_together, cudaStream_t stream);
+                                                     cudaStream_t stream);
 // A row split over a thread block cluster of `cluster` CTAs (a power of two <= 8 dividing
 // shape.ctas), chunks of p.chunk_vecs <= shape.threads x vecs_per_thread (1, 2 or 4) vectors.
 cudaError_t launch_fused_allreduce_rmsnorm_cluster(const FusedArNormParams& p, LaunchShape shape, int vecs_per_thread,

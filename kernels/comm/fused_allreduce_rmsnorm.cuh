@@ -72,7 +72,7 @@ __device__ __forceinline__ void fused_push(const FusedArNormParams& p, uint32_t 
 // per element, then the residual is added and rounded (h, also written to residual_out). Returns
 // this thread's sum of squares of the rounded values.
 template <class E, int kVecs>
-__device__ __forceinline__ float fused_reduce_row_serial(const FusedArNormParams& p, uint32_t buffer, uint64_t row_base,
+__device__ __forceinline__ float fused_reduce_row(const FusedArNormParams& p, uint32_t buffer, uint64_t row_base,
                                                   uint32_t col0, const bool (&mine)[kVecs], uint4 (&h)[kVecs]) {
   // Slots polled at once per vector: kVecs x kBatch polls in flight; 4 in all keeps the 2-vector
   // bf16 instance (hidden 7168) free of spills.
@@ -141,55 +141,6 @@ __device__ __forceinline__ float fused_reduce_row_serial(const FusedArNormParams
   return sumsq;
 }
 
-// The same, waiting for all of a thread's vectors together (reduce_slots_multi: a spin re-polls
-// every vector still missing, so a vector that landed during the wait for another costs no extra
-// round trip). Chosen by CommConfig::fused_wait_together, whole-row kernel only (an A/B, see
-// docs/perf/comm.md).
-template <class E, int kVecs>
-__device__ __forceinline__ float fused_reduce_row_together(const FusedArNormParams& p, uint32_t buffer, uint64_t row_base,
-                                                  uint32_t col0, const bool (&mine)[kVecs], uint4 (&h)[kVecs]) {
-  const LamportView& ws = p.ws;
-  const auto* x = reinterpret_cast<const uint4*>(p.x);
-  float acc[kVecs][E::kLanes];
-  uint32_t vec[kVecs];  // < region_vecs: a piece never exceeds one region
-  uint4 own[kVecs], res[kVecs];  // loaded before the polls: their latency hides under the wait
-#pragma unroll
-  for (int j = 0; j < kVecs; ++j) {
-    vec[j] = static_cast<uint32_t>(row_base + col0 + j * blockDim.x);
-    own[j] = make_uint4(0, 0, 0, 0);
-    res[j] = make_uint4(0, 0, 0, 0);
-    if (mine[j]) {
-      own[j] = canonical<E>(x[vec[j]]);
-      res[j] = reinterpret_cast<const uint4*>(p.residual)[vec[j]];
-    }
-  }
-  reduce_slots_multi<E, kVecs>(ws, buffer, vec, mine, own, ws.nranks, ws.rank, "fused all-reduce+rmsnorm", acc);
-  float sumsq = 0.f;
-#pragma unroll
-  for (int j = 0; j < kVecs; ++j) {
-    if (!mine[j]) continue;
-    const uint64_t v = row_base + col0 + j * blockDim.x;
-    float r[E::kLanes];
-    E::to_float(res[j], r);
-#pragma unroll
-    for (int l = 0; l < E::kLanes; ++l) acc[j][l] += r[l];
-    h[j] = E::from_float(acc[j]);
-    reinterpret_cast<uint4*>(p.residual_out)[v] = h[j];
-    float hf[E::kLanes];
-    E::to_float(h[j], hf);
-#pragma unroll
-    for (int l = 0; l < E::kLanes; ++l) sumsq += hf[l] * hf[l];
-  }
-  return sumsq;
-}
-
-template <class E, int kVecs, bool kTogether>
-__device__ __forceinline__ float fused_reduce_row(const FusedArNormParams& p, uint32_t buffer, uint64_t row_base,
-                                                  uint32_t col0, const bool (&mine)[kVecs], uint4 (&h)[kVecs]) {
-  if constexpr (kTogether) return fused_reduce_row_together<E, kVecs>(p, buffer, row_base, col0, mine, h);
-  else return fused_reduce_row_serial<E, kVecs>(p, buffer, row_base, col0, mine, h);
-}
-
 // Step 2's norm: normed = h * scale * gamma for this thread's vectors.
 template <class E, int kVecs>
 __device__ __forceinline__ void fused_write_normed(const FusedArNormParams& p, const uint4* gamma, uint64_t row_base,
@@ -208,7 +159,7 @@ __device__ __forceinline__ void fused_write_normed(const FusedArNormParams& p, c
 }
 
 // Each thread owns kVecs vectors of every row it takes (vector c = threadIdx.x + j * blockDim.x).
-template <class E, int kVecs, bool kTogether = false>
+template <class E, int kVecs>
 __device__ void fused_allreduce_rmsnorm_whole_row_op(const FusedArNormParams& p, const FusedGammaWholeRow& gamma,
                                            uint32_t buffer, int cta, int ctas) {
   __shared__ float scratch[32];
@@ -223,7 +174,7 @@ __device__ void fused_allreduce_rmsnorm_whole_row_op(const FusedArNormParams& p,
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) mine[j] = threadIdx.x + j * blockDim.x < row_vecs;
     uint4 h[kVecs];  // residual_out as rounded: what the norm reads
-    const float sumsq = fused_reduce_row<E, kVecs, kTogether>(p, buffer, row_base, threadIdx.x, mine, h);
+    const float sumsq = fused_reduce_row<E, kVecs>(p, buffer, row_base, threadIdx.x, mine, h);
     const float total = fused_block_sum(sumsq, scratch);
     const float scale = rsqrtf(total / static_cast<float>(p.hidden) + p.eps);
     fused_write_normed<E, kVecs>(p, gamma.v, row_base, threadIdx.x, mine, h, scale);
@@ -289,7 +240,7 @@ __device__ __forceinline__ FusedGamma<kVecs> fused_load_gamma_cluster(const Fuse
 
 // Each thread owns kVecs vectors of its CTA's chunk (column c = chunk * chunk_vecs + threadIdx.x
 // + j * blockDim.x). The push, the re-arm and the per-row reduction are those of the whole-row op.
-template <class E, int kVecs, bool kTogether = false>
+template <class E, int kVecs>
 __device__ void fused_allreduce_rmsnorm_cluster_op(const FusedArNormParams& p, const FusedGamma<kVecs>& gamma,
                                                    uint32_t buffer, int cta, int ctas) {
   __shared__ float scratch[32];
@@ -312,7 +263,7 @@ __device__ void fused_allreduce_rmsnorm_cluster_op(const FusedArNormParams& p, c
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) mine[j] = sp.owns(threadIdx.x + j * blockDim.x);
     uint4 h[kVecs];  // residual_out as rounded: what the norm reads
-    const float sumsq = fused_reduce_row<E, kVecs, kTogether>(p, buffer, row_base, col0, mine, h);
+    const float sumsq = fused_reduce_row<E, kVecs>(p, buffer, row_base, col0, mine, h);
     float row_sumsq = fused_block_sum(sumsq, scratch);
     if (sp.span > 1) {
       auto cluster = cooperative_groups::this_cluster();

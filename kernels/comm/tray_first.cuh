@@ -91,7 +91,7 @@ __device__ void tray_first_op(const TrayFirstParams& p, uint32_t buffer, int cta
     for (int q = 0; q < kPV; ++q) {
       fvec[q] = v * kPV + q;
       active[q] = true;
-      own[q] = across.region(me, buffer, t)[fvec[q]];  // written by this thread in step 3
+      own[q] = across.region(me, buffer, t)[fvec[q]];  // written by this thread in step 2
     }
     float sum[kPV][F::kLanes];
     reduce_slots_multi<F, kPV>(across, buffer, fvec, active, own, T, t, "tray-first across trays", sum);

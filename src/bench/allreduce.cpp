@@ -38,7 +38,6 @@ struct AllReduceCliOptions {
   int fused_span = 0;
   int fused_max_ctas = 0;  // 0: the comm default
   int fused_decode_ctas = 0;  // 0: the comm default
-  std::string fused_wait = "default";
 };
 
 // "14K" -> 14336; K, M, G are binary; an optional trailing B.
@@ -146,9 +145,6 @@ void run(const AllReduceCliOptions& o) {
   cfg.fused_span = o.fused_span;
   if (o.fused_max_ctas > 0) cfg.fused_max_ctas = o.fused_max_ctas;
   if (o.fused_decode_ctas > 0) cfg.fused_decode_ctas = o.fused_decode_ctas;
-  if (o.fused_wait == "together") cfg.fused_wait_together = true;
-  else if (o.fused_wait == "serial") cfg.fused_wait_together = false;
-  else if (o.fused_wait != "default") throw Error("--fused-wait " + o.fused_wait + ": expected together or serial");
   if (o.fused_variant == "auto") cfg.fused_variant = parallel::FusedVariant::automatic;
   else if (o.fused_variant == "whole-row") cfg.fused_variant = parallel::FusedVariant::whole_row;
   else if (o.fused_variant == "cluster") cfg.fused_variant = parallel::FusedVariant::cluster;
@@ -169,7 +165,7 @@ void run(const AllReduceCliOptions& o) {
               (std::string(parallel::fused_variant_name(cfg.fused_variant)) + "/" + std::to_string(cfg.fused_threads) +
                (cfg.fused_span ? " span " + std::to_string(cfg.fused_span) : std::string()) + " ctas " +
                std::to_string(cfg.fused_max_ctas) + " (rows <= " + std::to_string(cfg.fused_decode_rows) + ": " +
-               std::to_string(cfg.fused_decode_ctas) + ") wait " + (cfg.fused_wait_together ? "together" : "serial")).c_str(),
+               std::to_string(cfg.fused_decode_ctas) + ")").c_str(),
               topo.num_devices(), prop.name, comm.nccl_status().c_str());
   const auto results = run_allreduce_bench(comm, bopt);
 
@@ -239,9 +235,7 @@ void add_allreduce(CLI::App& bench) {
   cmd->add_option("--fused-threads", opts->fused_threads, "fused cluster kernel: least vectors per row chunk (multiple of 32, 32..512)");
   cmd->add_option("--fused-max-ctas", opts->fused_max_ctas, "fused kernels: grid size cap (0: the default)");
   cmd->add_option("--fused-decode-ctas", opts->fused_decode_ctas,
-                  "fused kernel: grid of decode-sized calls (<= 4 rows; 0: the default, 4)");
-  cmd->add_option("--fused-wait", opts->fused_wait,
-                  "fused whole-row kernel: a thread waits for its vectors together or serial (default: the comm default)");
+                  "fused kernel: grid of decode-sized calls (one row; 0: the default, 4)");
   cmd->add_option("--fused-span", opts->fused_span, "fused cluster kernel: CTAs per row (0: chosen from rows and grid)");
   cmd->add_option("--fused-variant", opts->fused_variant,
                   "fused kernel: auto (whole-row up to 1024 vectors a row, else cluster), whole-row, cluster");

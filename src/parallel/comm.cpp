@@ -292,7 +292,7 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
     p.type = type;
     const comm::LaunchShape shape{ws.ctas(), threads, config_.pdl};
     const cudaError_t err = variant == FusedVariant::whole_row
-                                ? comm::launch_fused_allreduce_rmsnorm_whole_row(p, shape, config_.fused_wait_together, stream)
+                                ? comm::launch_fused_allreduce_rmsnorm_whole_row(p, shape, stream)
                                 : comm::launch_fused_allreduce_rmsnorm_cluster(p, shape, per_thread, cluster, stream);
     if (err != cudaSuccess) cuda_check(err, "fused all-reduce+rmsnorm launch on rank " + std::to_string(rank));
   }

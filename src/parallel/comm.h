@@ -53,13 +53,12 @@ struct CommConfig {
   int oneshot_max_ctas = 64;
   int fused_max_ctas = 32;
   // Decode-sized fused calls (rows <= fused_decode_rows, whole-row kernel) run on a second
-  // workspace with this smaller grid: one row needs one CTA, and the 28 other CTAs of the
-  // 32-CTA grid only pushed a sliver each (measured 3.61 vs 3.81 us at 4 vs 32 CTAs, 7168 bf16).
+  // workspace with this smaller grid. Measured, 7168 bf16 (docs/perf/comm.md, 2026-11-30 04:36 UTC):
+  // one row 3.62-3.70 us on 4 CTAs against 3.79-3.83 on 32, but two rows 4.13-4.22 on 4 CTAs
+  // against 3.93-3.98 on 32 (each of 4 CTAs pushes a quarter of the message before it reduces
+  // its row), hence one row only.
   int fused_decode_ctas = 4;
-  uint32_t fused_decode_rows = 4;
-  // Whole-row kernel: a thread waits for all its vectors in one spin instead of one after
-  // another (A/B in docs/perf/comm.md).
-  bool fused_wait_together = false;
+  uint32_t fused_decode_rows = 1;
   int fused_threads = 128;                          // cluster: least vectors per row chunk
   FusedVariant fused_variant = FusedVariant::automatic;
   int fused_span = 0;                               // cluster: CTAs per row; 0: chosen per call (rows, grid)

@@ -24,11 +24,9 @@ b() { local l=$1 d=$2; shift 2; echo "### $l \$ rackserve bench allreduce $*" >>
 S=1K,14K,28K,64K,256K
 b new $BIN --tp 2 --dtype bf16 --reps 31 --sizes $S
 [ -d $BASE ] && b base $BASE --tp 2 --dtype bf16 --reps 31 --sizes $S
-b new-together $BIN --tp 2 --dtype bf16 --reps 31 --sizes $S --no-nccl --fused-wait together
 b new-32cta $BIN --tp 2 --dtype bf16 --reps 31 --sizes 14K,28K --no-nccl --fused-decode-ctas 32
 [ -d $BASE ] && b base $BASE --tp 2 --dtype bf16 --reps 31 --sizes 14K,28K --no-nccl
 b new $BIN --tp 2 --dtype bf16 --reps 31 --sizes 14K,28K --no-nccl
-b new-together $BIN --tp 2 --dtype bf16 --reps 31 --sizes 14K,28K --no-nccl --fused-wait together
 b new $BIN --tp 2 --trays 2 --dtype bf16 --reps 31 --sizes 1K,14K,64K,256K,512K,1M
 b new $BIN --tp 4 --trays 2 --dtype bf16 --reps 15 --sizes 1K,14K,256K --no-nccl
 b new $BIN --tp 2 --dtype fp32 --reps 31 --sizes 14K,28K --no-nccl
