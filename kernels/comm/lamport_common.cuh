@@ -230,7 +230,8 @@ __device__ __forceinline__ void reduce_slots(const LamportView& ws, uint32_t buf
 // trip. (Waiting for them one after another costs one more L2 round trip per vector: its first
 // poll, issued before the data landed, is stale by the time the thread gets to it.) The
 // addresses come from a functor, which the compiler may recompute rather than hold K 64-bit
-// pointers in registers (that spilled the fused 2-vector instance).
+// pointers in registers (holding them spilled in a first version). Used by tray-first; tried
+// for the fused op and removed there (no gain at one row, slower with many rows: docs/perf/comm.md).
 template <class E, int K, class Addr>
 __device__ __forceinline__ void wait_ready_all(const LamportView& ws, const char* op, const Addr& addr,
                                                uint4 (&v)[K], uint32_t pending) {
