@@ -240,17 +240,17 @@ TEST_CASE("fused expert kernel at DeepSeek-V2-Lite shapes (hidden 2048, inter 14
   }
 }
 
-// Workspace sized for 16 tokens, as a forward pass sizes it for its largest batch: sized for
-// m alone, moe_workspace_bytes() is too small at m = 3 with shared experts (it adds the grouped
-// layout only above the compiled few-token maximum of 8, while the default threshold sends m = 3
-// to the grouped path; measured: "workspace of 12288 bytes is below the 15360 needed for m=3").
+// The workspace sized for m alone (moe_workspace_bytes(m)), then for 16 tokens as a forward
+// pass sizes it for its largest batch. Sized for m alone it used to be too small at m = 3 with
+// shared experts ("workspace of 12288 bytes is below the 15360 needed for m=3").
 TEST_CASE("expert kernels with the default thresholds, 1..16 tokens, with and without shared experts") {
   if (skip_without_gpu("experts 1..16")) return;
   uint64_t seed = 9400;
-  for (int m = 1; m <= 16; ++m) {
-    check(WeightType::BF16, {16, 256, 128, 4, (m % 2) * 2}, m, seed++, 1, 16);
-    check(WeightType::FP8_E4M3_BLOCK, {16, 256, 256, 4, (m % 2) * 2}, m, seed++, 1, 16);
-  }
+  for (int ws_m : {0, 16})
+    for (int m = 1; m <= 16; ++m) {
+      check(WeightType::BF16, {16, 256, 128, 4, (m % 2) * 2}, m, seed++, 1, ws_m);
+      check(WeightType::FP8_E4M3_BLOCK, {16, 256, 256, 4, (m % 2) * 2}, m, seed++, 1, ws_m);
+    }
 }
 
 TEST_CASE("fused expert kernel replays from a CUDA graph with changing routing") {

@@ -461,7 +461,10 @@ size_t moe_workspace_bytes(int m_max, int top_k, const MoeExperts& experts) {
   // workspace sized from the routed set alone serves the fused calls of batched decode too.
   const int ns = kern::kMaxSharedExperts;
   size_t bytes = expert_gemv_bytes(m_small, top_k, experts.num_experts, experts.inter, ns);
-  if (m_max > kern::kExpertGemvMaxTokens) {
+  // Any m above the (tunable) GEMV threshold may take a grouped path with the shared experts
+  // folded in, from m = 3 on by default (was sized only above the compiled GEMV maximum of 8:
+  // m = 3 with shared experts asked for 15360 bytes of a 12288-byte workspace; experts helper).
+  if (m_max > 0) {
     const ExpertGemmLayout l(std::min(m_max, kExpertTcMaxTokens), top_k, experts.num_experts, experts.hidden,
                              experts.inter, 16, ns);
     bytes = std::max(bytes, l.bytes);
