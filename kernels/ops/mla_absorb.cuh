@@ -22,23 +22,37 @@ constexpr int kAbsorbPassTokens = 4;  // rounds fetched before the wait (nope <=
 // shuffles, the eight warps' in shared memory. q_nope sits in smem as fp32.
 // Tokens [n_begin, n_end): the grid spreads token chunks over blocks too, so a batch of 64 is 8x
 // more blocks rather than 8 serial passes in each.
-__device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, int head, int chunk, int n_begin,
-                                                   int n_end) {
-  __shared__ float qs[kAbsorbTokens][256];  // nope <= 256
-  __shared__ float red[kAbsorbWarps][kAbsorbPassTokens][kAbsorbCols];
+// In two parts, mla_absorb_q_prefetch (before the PDL wait) and mla_absorb_q_compute, so that a
+// kernel fusing more stages (a megakernel) can fetch the weights at its start and compute later.
+struct AbsorbSmem {
+  float (*qs)[256];                              // [kAbsorbTokens][256]: nope <= 256
+  float (*red)[kAbsorbPassTokens][kAbsorbCols];  // [kAbsorbWarps][..][..]
+};
+constexpr size_t kAbsorbSmemBytes = sizeof(float) * (kAbsorbTokens * 256 + kAbsorbWarps * kAbsorbPassTokens * kAbsorbCols);
+
+__device__ __forceinline__ void mla_absorb_q_prefetch(const MlaAbsorbQParams& p, int head, int chunk,
+                                                      uint4 (&wv)[kAbsorbEarlyRounds]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int vsub = lane & 7, rsub = lane >> 3;
   const int col = chunk * kAbsorbCols + vsub * 8;
-  const int qdim = p.nope + p.rope, odim = p.kv_lora + p.rope;
   const __nv_bfloat16* w = p.kv_b + static_cast<int64_t>(head) * (p.nope + p.vdim) * p.kv_lora;
-  uint4 wv[kAbsorbEarlyRounds];
 #pragma unroll
   for (int r = 0; r < kAbsorbEarlyRounds; ++r) {
     const int d = r * (kAbsorbWarps * 4) + warp * 4 + rsub;
     if (d < p.nope) wv[r] = *reinterpret_cast<const uint4*>(w + static_cast<int64_t>(d) * p.kv_lora + col);
   }
-  pdl::wait();
-  pdl::launch_dependents();
+}
+
+__device__ __forceinline__ void mla_absorb_q_compute(const MlaAbsorbQParams& p, int head, int chunk, int n_begin,
+                                                     int n_end, const uint4 (&wv)[kAbsorbEarlyRounds],
+                                                     const AbsorbSmem& sm) {
+  float (*qs)[256] = sm.qs;
+  float (*red)[kAbsorbPassTokens][kAbsorbCols] = sm.red;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int vsub = lane & 7, rsub = lane >> 3;
+  const int col = chunk * kAbsorbCols + vsub * 8;
+  const int qdim = p.nope + p.rope, odim = p.kv_lora + p.rope;
+  const __nv_bfloat16* w = p.kv_b + static_cast<int64_t>(head) * (p.nope + p.vdim) * p.kv_lora;
   for (int n0 = n_begin; n0 < n_end; n0 += kAbsorbTokens) {
     const int nt = min(kAbsorbTokens, n_end - n0);
     for (int i = threadIdx.x; i < kAbsorbTokens * p.nope; i += blockDim.x) {
@@ -113,30 +127,43 @@ __device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, in
   }
 }
 
+__device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, int head, int chunk, int n_begin,
+                                                   int n_end) {
+  __shared__ float qs[kAbsorbTokens][256];
+  __shared__ float red[kAbsorbWarps][kAbsorbPassTokens][kAbsorbCols];
+  uint4 wv[kAbsorbEarlyRounds];
+  mla_absorb_q_prefetch(p, head, chunk, wv);
+  pdl::wait();
+  pdl::launch_dependents();
+  mla_absorb_q_compute(p, head, chunk, n_begin, n_end, wv, AbsorbSmem{qs, red});
+}
+
 constexpr int kVUpWarps = 8;
 
-// Block (head, kVUpWarps * rows_per_warp rows of W_UV, up to 8 tokens). Each warp holds its rows
-// in registers, fetched before waiting for the attention kernel (weights are constant during a
-// step), and reuses every latent value it reads from shared memory for all of them.
-// With p.part_o set the block first merges the decode attention's KV splits for its tokens
+// W_UV (mla_v_up_block below). With p.part_o set the block first merges the decode attention's KV splits for its tokens
 // (the flash-decoding combine): weights 2^(lse_s - max) / sum over the splits, in fp32, straight
 // into shared memory, so the merged latent output never goes through bf16 or global memory.
 // Empty splits are the trailing ones (lse = -inf, partial never written): only the first
 // `active` splits are read. Each merged value is the sum of two halves of the split range added
 // in a fixed order, so a token's result does not depend on how many tokens share the block.
-template <int kRows>  // = p.rows_per_warp: one instantiation per value, registers sized to it
-__device__ __forceinline__ void mla_v_up_block(const MlaVUpParams& p, int head, int row_chunk, int n_begin,
-                                               int n_end) {
-  __shared__ __align__(16) float os[kAbsorbTokens][512];  // kv_lora <= 512
-  __shared__ __align__(16) float half1[kAbsorbTokens / 2][512];
-  __shared__ float wts[kAbsorbTokens][kMlaDecodeMaxSplits];
-  __shared__ int active[kAbsorbTokens];
+struct VUpSmem {
+  float (*os)[512];                   // [kAbsorbTokens][512]: kv_lora <= 512
+  float (*half1)[512];                // [kAbsorbTokens / 2][512]
+  float (*wts)[kMlaDecodeMaxSplits];  // [kAbsorbTokens][..]
+  int* active;                        // [kAbsorbTokens]
+};
+constexpr size_t kVUpSmemBytes = sizeof(float) * (kAbsorbTokens * 512 + kAbsorbTokens / 2 * 512 +
+                                                  kAbsorbTokens * kMlaDecodeMaxSplits) + sizeof(int) * kAbsorbTokens;
+
+// The W_UV rows of warp `warp` into registers (fp32); apart from the rest, as for the absorb, so a
+// fused kernel can fetch them at its start.
+template <int kRows>
+__device__ __forceinline__ void mla_v_up_prefetch(const MlaVUpParams& p, int head, int row_chunk, float (&w)[kRows][16]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int j0 = (row_chunk * kVUpWarps + warp) * kRows;
   const int pairs = p.kv_lora / 64;  // float2 per lane and row (<= 8: kv_lora <= 512)
   // Loops run to constants with guards, so w[][] stays in registers (a runtime bound would index
   // it dynamically and put it in local memory).
-  float w[kRows][16];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int j = j0 + r;
@@ -152,15 +179,28 @@ __device__ __forceinline__ void mla_v_up_block(const MlaVUpParams& p, int head, 
       }
     }
   }
-  pdl::wait();
+}
+
+// The partials (part_o, part_lse) are read through L2 only (__ldcg): the previous kernel just
+// wrote them there and each block reads them once.
+template <int kRows>
+__device__ __forceinline__ void mla_v_up_compute(const MlaVUpParams& p, int head, int row_chunk, int n_begin, int n_end,
+                                                 const float (&w)[kRows][16], const VUpSmem& sm) {
+  float (*os)[512] = sm.os;
+  float (*half1)[512] = sm.half1;
+  float (*wts)[kMlaDecodeMaxSplits] = sm.wts;
+  int* active = sm.active;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int j0 = (row_chunk * kVUpWarps + warp) * kRows;
+  const int pairs = p.kv_lora / 64;
   const int c4 = p.kv_lora / 4;
   for (int n0 = n_begin; n0 < n_end; n0 += kAbsorbTokens) {
     const int nt = min(kAbsorbTokens, n_end - n0);
     if (p.part_o) {
       if (warp < nt) {  // split weights of token n0 + warp (splits <= 64: two per lane)
         const float* lse = p.part_lse + (static_cast<int64_t>(n0 + warp) * p.heads + head) * p.splits;
-        const float l0 = lane < p.splits ? lse[lane] : -INFINITY;
-        const float l1 = lane + 32 < p.splits ? lse[lane + 32] : -INFINITY;
+        const float l0 = lane < p.splits ? __ldcg(lse + lane) : -INFINITY;
+        const float l1 = lane + 32 < p.splits ? __ldcg(lse + lane + 32) : -INFINITY;
         const float mx = warp_max(fmaxf(l0, l1));
         const float e0 = l0 == -INFINITY ? 0.f : exp2f(l0 - mx), e1 = l1 == -INFINITY ? 0.f : exp2f(l1 - mx);
         const float inv = 1.f / warp_sum(e0 + e1);
@@ -189,7 +229,7 @@ __device__ __forceinline__ void mla_v_up_block(const MlaVUpParams& p, int head, 
 #pragma unroll 8
           for (int s = sb; s < se; ++s) {
             const float ws = wts[t][s];
-            const float4 v = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(s) * p.kv_lora);
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(src + static_cast<int64_t>(s) * p.kv_lora));
             acc[h].x += ws * v.x;
             acc[h].y += ws * v.y;
             acc[h].z += ws * v.z;
@@ -247,6 +287,22 @@ __device__ __forceinline__ void mla_v_up_block(const MlaVUpParams& p, int head, 
     }
     __syncthreads();
   }
+}
+
+// Block (head, kVUpWarps * rows_per_warp rows of W_UV, up to 8 tokens). Each warp holds its rows
+// in registers, fetched before waiting for the attention kernel (weights are constant during a
+// step), and reuses every latent value it reads from shared memory for all of them.
+template <int kRows>  // = p.rows_per_warp: one instantiation per value, registers sized to it
+__device__ __forceinline__ void mla_v_up_block(const MlaVUpParams& p, int head, int row_chunk, int n_begin,
+                                               int n_end) {
+  __shared__ __align__(16) float os[kAbsorbTokens][512];
+  __shared__ __align__(16) float half1[kAbsorbTokens / 2][512];
+  __shared__ float wts[kAbsorbTokens][kMlaDecodeMaxSplits];
+  __shared__ int active[kAbsorbTokens];
+  float w[kRows][16];
+  mla_v_up_prefetch<kRows>(p, head, row_chunk, w);
+  pdl::wait();
+  mla_v_up_compute<kRows>(p, head, row_chunk, n_begin, n_end, w, VUpSmem{os, half1, wts, active});
 }
 
 }  // namespace rs::cuda

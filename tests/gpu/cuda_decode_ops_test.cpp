@@ -265,6 +265,8 @@ TEST_CASE("mla v up: splits merged in fp32 on the way in equal host attention th
   if (skip_without_gpu("mla v up merged")) return;
   run_v_up_case({4, 64, 16, 32, 32, 1, 1, {1}}, 1);
   run_v_up_case({4, 64, 16, 32, 32, 3, 4, {5, 64, 130}}, 2);
+  // Split kernel shapes: grids of at most one block per SM (the first four) run 8 warps a block,
+  // the batch-64 grid (256 blocks) 4 warps.
   run_v_up_case({16, 512, 64, 128, 128, 1, 64, {1000}}, 3);           // 32 of 64 splits hold tokens
   run_v_up_case({16, 512, 64, 128, 128, 5, 20, {1, 17, 64, 65, 700}}, 4);
   run_v_up_case({16, 512, 64, 128, 128, 64, 4, {}}, 5);                // batch 64: 8 token chunks, 4 rows a warp
