@@ -44,9 +44,10 @@ void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream) {
   // A grid of at most one block per SM (batch 1 and 2) leaves every SM's second slot empty, so its
   // blocks take 8 warps: each tile's S and P V chains are half as long (H200, batch 1: split
   // kernel 7.5 -> 6.8 us under ncu, step -0.04 ms at 1K and 4K). Larger grids keep 4 warps and
-  // two blocks an SM.
+  // two blocks an SM. (8 warps own kv_lora / 64 n8 column tiles each: kv_lora a multiple of 64,
+  // which the backend requires anyway.)
   const int64_t blocks = int64_t(p.splits) * ((p.heads + mla_decode::kHeads - 1) / mla_decode::kHeads) * p.batch;
-  if (blocks <= sms)
+  if (blocks <= sms && p.kv_lora % 64 == 0)
     launch_split<8>(p, stream);
   else
     launch_split<mla_decode::kWarps>(p, stream);
