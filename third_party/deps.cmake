@@ -28,7 +28,10 @@ endif()
 
 add_library(rs_deps INTERFACE)
 target_include_directories(rs_deps SYSTEM INTERFACE ${RS_DEPS_DIR}/httplib ${PCRE2_INCLUDE})
-target_compile_definitions(rs_deps INTERFACE PCRE2_CODE_UNIT_WIDTH=8 PCRE2_STATIC)
+# httplib listens with a backlog of 5: a burst of 64 clients connecting at once overflowed the
+# accept queue (dropped handshakes, 1 s SYN retries, and reset connections under `bench serve`
+# at 64 clients). Every target that includes httplib.h sees the same value (one definition).
+target_compile_definitions(rs_deps INTERFACE PCRE2_CODE_UNIT_WIDTH=8 PCRE2_STATIC CPPHTTPLIB_LISTEN_BACKLOG=1024)
 target_link_libraries(rs_deps INTERFACE nlohmann_json::nlohmann_json CLI11::CLI11
   ${PCRE2_STATIC} CUDA::cudart_static Threads::Threads ${CMAKE_DL_LIBS} rt)
 
