@@ -65,6 +65,52 @@ __device__ __forceinline__ int block_argmax(float v, int idx, Scratch& s) {
   return bi;
 }
 
+// One segment of one row's raw logits: its max (lowest id on ties; the segment's first id when
+// every entry is -inf, so a row of -inf still yields a valid id), then the sum of
+// exp(x - max). Terms in fp32 (expf: ~1 ulp), summed in double: the same arithmetic the
+// one-block pass used, with the segment's max instead of the row's, which the combine rescales.
+__device__ __forceinline__ void logit_stats_segment(const SamplingParamsDev& p, int b, int seg) {
+  __shared__ Scratch S;
+  const int V = p.vocab, nseg = logit_stats_segments(V);
+  const int len = (V + nseg - 1) / nseg;
+  const int s0 = seg * len, s1 = min(V, s0 + len);
+  const float* raw = p.logits + static_cast<int64_t>(p.rows[b].logits_row) * V;
+  float bv = -INFINITY;
+  int bi = 0x7fffffff;
+  for (int i = s0 + threadIdx.x; i < s1; i += blockDim.x) {
+    const float v = raw[i];
+    if (v > bv) { bv = v; bi = i; }
+  }
+  int arg = block_argmax(bv, bi, S);
+  if (arg == 0x7fffffff) arg = s0;
+  const float mx = block_max(bv, S.f);
+  double sum = 0;
+  if (mx != -INFINITY)
+    for (int i = s0 + threadIdx.x; i < s1; i += blockDim.x) sum += static_cast<double>(expf(raw[i] - mx));
+  sum = block_total(sum, S.d);
+  if (threadIdx.x == 0) p.stats[static_cast<int64_t>(b) * nseg + seg] = LogitStats{sum, mx, arg};
+}
+
+// The row's max, its lowest id and log-sum-exp from the segment summaries (every thread gets them).
+struct RowStats {
+  float max, lse;
+  int argmax;
+};
+__device__ __forceinline__ RowStats combine_logit_stats(const SamplingParamsDev& p, int b, Scratch& S) {
+  const int nseg = logit_stats_segments(p.vocab);
+  const LogitStats* st = p.stats + static_cast<int64_t>(b) * nseg;
+  LogitStats mine{0.0, -INFINITY, 0x7fffffff};
+  if (threadIdx.x < nseg) mine = st[threadIdx.x];  // nseg <= kLogitStatsMaxSegments <= blockDim.x
+  RowStats r;
+  r.argmax = block_argmax(mine.max, mine.argmax, S);
+  r.max = block_max(mine.max, S.f);
+  const double part = mine.max != -INFINITY ? mine.sumexp * exp(static_cast<double>(mine.max) - r.max) : 0.0;
+  const double sum = block_total(part, S.d);
+  r.lse = r.max + static_cast<float>(log(sum));
+  if (r.argmax == 0x7fffffff) r.argmax = 0;
+  return r;
+}
+
 }  // namespace sampling
 
 __device__ void sample_row(const SamplingParamsDev& p, int b) {
@@ -74,6 +120,7 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
   __shared__ int scan_i[kSamplingThreads];
   __shared__ int chosen_s;
   const SampleRow r = p.rows[b];
+  const RowStats row_stats = combine_logit_stats(p, b, S);
   const int V = p.vocab;
   const float* raw = p.logits + static_cast<int64_t>(r.logits_row) * V;
   float* w = p.work + static_cast<int64_t>(b) * V;
@@ -134,18 +181,14 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
   if (r.temperature < 1e-5f) {  // greedy, the first maximum (each thread keeps its lowest id; so does the block)
     float bv = -INFINITY;
     int bi = 0x7fffffff;
-    if (plain_greedy) {
-#pragma unroll 4
-      for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        const float v = raw[i];
-        if (v > bv) { bv = v; bi = i; }
-      }
+    if (plain_greedy) {  // the raw logits' argmax: the pre-pass found it
+      if (threadIdx.x == 0) chosen_s = row_stats.argmax;
     } else {
       for (int i = i0; i < i1; ++i)
         if (w[i] > bv) { bv = w[i]; bi = i; }
+      const int c = block_argmax(bv, bi, S);
+      if (threadIdx.x == 0) chosen_s = c;
     }
-    const int c = block_argmax(bv, bi, S);
-    if (threadIdx.x == 0) chosen_s = c;
   } else {
     float mx = -INFINITY;
     for (int i = i0; i < i1; ++i) { w[i] /= r.temperature; mx = fmaxf(mx, w[i]); }
@@ -170,7 +213,9 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
       for (int i = i0; i < i1; ++i) c += __float_as_uint(w[i]) >= bits;
       return block_total(c, S.i);
     };
-    unsigned lo = 0, hi = 0x7f800000u;
+    // Nothing truncated (K == V: no min_p, no top_k below V): tau = 0 keeps every token, which
+    // is what the search would find; skipping it saves ~31 passes over the vocabulary.
+    unsigned lo = 0, hi = K >= V ? 0u : 0x7f800000u;
     while (lo < hi) {
       const unsigned mid = lo + (hi - lo + 1) / 2;
       if (count_ge(mid) >= K) lo = mid; else hi = mid - 1;
@@ -263,18 +308,8 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
   }
   __syncthreads();
   const int chosen = chosen_s;
-  // logprobs from the raw logits
-  // Coalesced, thread-strided passes: the log-sum-exp does not depend on id order. Terms in
-  // fp32 (expf: ~1 ulp), summed in double: an fp64 exp per vocabulary entry cost tens of us.
-  float mx = -INFINITY;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, raw[i]);
-  mx = block_max(mx, S.f);
-  double sum = 0;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += static_cast<double>(expf(raw[i] - mx));
-  sum = block_total(sum, S.d);
-  const float lse = mx + static_cast<float>(log(sum));
+  // logprobs from the raw logits (log-sum-exp from the pre-pass)
+  const float lse = row_stats.lse;
   SampleResult* out = p.out + b;
   if (threadIdx.x == 0) { out->id = chosen; out->logprob = raw[chosen] - lse; }
   const int ntop = min(r.logprobs, kMaxTopLogprobs);

@@ -30,6 +30,21 @@ struct SampleResult {
   float top_logprobs[kMaxTopLogprobs];
 };
 
+// Per-segment summary of one raw logits row, computed by a wide pre-pass so the one-block-per-row
+// sampler never streams the whole vocabulary for the log-sum-exp or a plain greedy argmax:
+// max, its lowest id, and sum(exp(x - max)) over the segment (double: see sampling.cuh).
+struct LogitStats {
+  double sumexp;
+  float max;
+  int argmax;
+};
+constexpr int kLogitStatsSegmentElems = 1024;  // one 256-thread block per segment, 4 loads a thread
+constexpr int kLogitStatsMaxSegments = 256;    // longer rows get longer segments
+__host__ __device__ inline int logit_stats_segments(int vocab) {
+  const int s = (vocab + kLogitStatsSegmentElems - 1) / kLogitStatsSegmentElems;
+  return s < 1 ? 1 : (s > kLogitStatsMaxSegments ? kLogitStatsMaxSegments : s);
+}
+
 struct SamplingParamsDev {
   const float* logits = nullptr;  // [rows, vocab]
   int vocab = 0, n = 0;
@@ -39,6 +54,7 @@ struct SamplingParamsDev {
   int32_t* flags = nullptr;         // [n, vocab] zero before and after the kernel
   int32_t* counts = nullptr;        // [n, vocab] zero before and after the kernel
   SampleResult* out = nullptr;      // [n]
+  LogitStats* stats = nullptr;      // [n, logit_stats_segments(vocab)] scratch
 };
 constexpr int kSamplingThreads = 1024;
 void launch_sampling(const SamplingParamsDev& p, cudaStream_t stream);

@@ -194,6 +194,36 @@ TEST_CASE("moe router: softmax/sigmoid x greedy/group_limited/noaux_tc select as
   }
 }
 
+// Runs the GPU sampler (logit pre-pass + per-row kernel) over rows of `logits`; also checks that
+// the penalty scratch is left zero, as the kernel promises its next caller.
+static std::vector<cu::SampleResult> sample_on_gpu(const std::vector<float>& logits, const std::vector<cu::SampleRow>& rows,
+                                            const std::vector<int32_t>& pool, int V) {
+  const size_t R = rows.size();
+  Dev<float> dl(logits), work(R * V);
+  Dev<int32_t> flags(R * V), counts(R * V), dpool(pool);
+  Dev<cu::SampleRow> drows(rows);
+  Dev<cu::SampleResult> dout(R);
+  Dev<cu::LogitStats> dstats(R * cu::logit_stats_segments(V));
+  cu::SamplingParamsDev d;
+  d.logits = dl.ptr;
+  d.vocab = V;
+  d.n = int(R);
+  d.rows = drows.ptr;
+  d.tokens = dpool.ptr;
+  d.work = work.ptr;
+  d.flags = flags.ptr;
+  d.counts = counts.ptr;
+  d.out = dout.ptr;
+  d.stats = dstats.ptr;
+  cu::launch_sampling(d, 0);
+  ok(cudaGetLastError(), "launch");
+  auto got = dout.host();
+  auto f = flags.host(), cn = counts.host();
+  CHECK(std::all_of(f.begin(), f.end(), [](int v) { return v == 0; }));
+  CHECK(std::all_of(cn.begin(), cn.end(), [](int v) { return v == 0; }));
+  return got;
+}
+
 TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs for every option") {
   if (skip_without_gpu("sampler")) return;
   const int V = 5000;
@@ -268,26 +298,7 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
       pool.push_back(bits);
     }
   }
-  Dev<float> dl(logits), work(size_t(R) * V);
-  Dev<int32_t> flags(size_t(R) * V), counts(size_t(R) * V), dpool(pool);
-  Dev<rs::cuda::SampleRow> drows(rows);
-  Dev<rs::cuda::SampleResult> dout(R);
-  rs::cuda::SamplingParamsDev d;
-  d.logits = dl.ptr;
-  d.vocab = V;
-  d.n = R;
-  d.rows = drows.ptr;
-  d.tokens = dpool.ptr;
-  d.work = work.ptr;
-  d.flags = flags.ptr;
-  d.counts = counts.ptr;
-  d.out = dout.ptr;
-  rs::cuda::launch_sampling(d, 0);
-  ok(cudaGetLastError(), "launch");
-  auto got = dout.host();
-  auto f = flags.host(), cn = counts.host();
-  CHECK(std::all_of(f.begin(), f.end(), [](int v) { return v == 0; }));
-  CHECK(std::all_of(cn.begin(), cn.end(), [](int v) { return v == 0; }));
+  auto got = sample_on_gpu(logits, rows, pool, V);
   for (int r = 0; r < R; ++r) {
     rs::SampledToken ref = rs::sample_token(std::span<const float>(&logits[size_t(r) * V], V), states[r]);
     INFO("row " << r << " params " << r % ps.size());
@@ -297,6 +308,66 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
     const int ntop = std::max(0, ps[r % ps.size()].logprobs);
     REQUIRE(ref.top.size() == size_t(ntop));
     for (int k = 0; k < ntop; ++k) {
+      CHECK(got[r].top_ids[k] == ref.top[k].first);
+      CHECK(std::fabs(got[r].top_logprobs[k] - ref.top[k].second) < 1e-3);
+    }
+  }
+}
+
+TEST_CASE("sampler: a real-size vocabulary through the segment pre-pass (ties across segments, -inf segments)") {
+  if (skip_without_gpu("sampler at V = 102403")) return;
+  const int V = 102403;  // not a multiple of the segment length: the last segment is short
+  REQUIRE(cu::logit_stats_segments(V) > 1);
+  std::vector<rs::SamplingParams> ps(5);
+  ps[0].temperature = 0;
+  ps[1].temperature = 0;
+  ps[1].logprobs = 5;
+  ps[2].temperature = 1.0f;  // nothing truncated: the sampler skips its threshold search
+  ps[2].seed = 3;
+  ps[3].temperature = 0.8f;
+  ps[3].top_p = 0.95f;
+  ps[3].seed = 4;
+  ps[4].temperature = 0.7f;
+  ps[4].top_k = 40;
+  ps[4].seed = 5;
+  const int R = int(ps.size()) * 3;
+  Rand rng(21);
+  std::vector<float> logits(size_t(R) * V);
+  for (auto& v : logits) v = rng.normal(2.0f);
+  for (int r = 0; r < R; ++r) {
+    float* row = &logits[size_t(r) * V];
+    const int kind = r / int(ps.size());
+    if (kind == 1) {  // the max twice, in different segments: the lower id wins
+      row[90001] = 40.f;
+      row[7000] = 40.f;
+    } else if (kind == 2) {  // the first two segments all -inf, the max in the last (short) one
+      for (int i = 0; i < 2 * 1024 + 5; ++i) row[i] = -INFINITY;
+      row[V - 1] = 30.f;
+    }
+  }
+  std::vector<rs::SamplingState> states(R);
+  std::vector<cu::SampleRow> rows(R);
+  for (int r = 0; r < R; ++r) {
+    const rs::SamplingParams& p = ps[r % ps.size()];
+    states[r].params = &p;
+    states[r].draw_index = uint64_t(r);
+    cu::SampleRow& row = rows[r];
+    row.temperature = p.temperature;
+    row.top_p = p.top_p;
+    row.top_k = p.top_k;
+    row.logprobs = p.logprobs;
+    row.uniform = p.temperature < 1e-5f ? 0.f : rs::sampling_uniform(p.seed, states[r].draw_index);
+    row.logits_row = r;
+  }
+  auto got = sample_on_gpu(logits, rows, {0}, V);
+  for (int r = 0; r < R; ++r) {
+    rs::SampledToken ref = rs::sample_token(std::span<const float>(&logits[size_t(r) * V], V), states[r]);
+    INFO("row " << r << " params " << r % ps.size());
+    CHECK(got[r].id == ref.id);
+    CHECK(std::fabs(got[r].logprob - ref.logprob) < 1e-3);
+    if (r / int(ps.size()) == 1 && ps[r % ps.size()].temperature == 0) CHECK(got[r].id == 7000);
+    if (r / int(ps.size()) == 2 && ps[r % ps.size()].temperature == 0) CHECK(got[r].id == V - 1);
+    for (int k = 0; k < std::max(0, ps[r % ps.size()].logprobs); ++k) {
       CHECK(got[r].top_ids[k] == ref.top[k].first);
       CHECK(std::fabs(got[r].top_logprobs[k] - ref.top[k].second) < 1e-3);
     }

@@ -24,6 +24,7 @@ void GpuSampler::enqueue(const float* logits, const std::vector<Request>& reqs, 
     work_.reset(per, "sampler work");
     flags_.reset(per, "sampler flags");
     counts_.reset(per, "sampler counts");
+    stats_.reset(size_t(c) * logit_stats_segments(vocab_) * sizeof(LogitStats), "sampler logit stats");
     RS_CUDA(cudaMemset(flags_.get(), 0, per));  // the kernel leaves them zero again
     RS_CUDA(cudaMemset(counts_.get(), 0, per));
     rows_d_.reset(sizeof(SampleRow) * c, "sampler rows");
@@ -104,6 +105,7 @@ void GpuSampler::enqueue(const float* logits, const std::vector<Request>& reqs, 
   d.flags = flags_.get<int32_t>();
   d.counts = counts_.get<int32_t>();
   d.out = results_d_.get<SampleResult>();
+  d.stats = stats_.get<LogitStats>();
   launch_sampling(d, stream);
   RS_CUDA(cudaGetLastError());
   RS_CUDA(cudaMemcpyAsync(results_h_, results_d_.get(), sizeof(SampleResult) * n, cudaMemcpyDeviceToHost, stream));

@@ -26,7 +26,7 @@ class GpuSampler {
  private:
   int vocab_;
   int cap_rows_ = 0;
-  DeviceBuffer work_, flags_, counts_, rows_d_, results_d_, tokens_d_;
+  DeviceBuffer work_, flags_, counts_, rows_d_, results_d_, tokens_d_, stats_;
   SampleRow* rows_h_ = nullptr;
   SampleResult* results_h_ = nullptr;
   int32_t* tokens_h_ = nullptr;
