@@ -30,6 +30,7 @@ struct ForwardArgs {
   std::string model, config, load_format = "auto", phase = "decode", dtype = "auto", quantization, json;
   int batch = 1, context = 1024, tokens = 0, iters = 20, warmup = 3;
   uint64_t seed = 0;
+  bool ablate = false;
 };
 
 void cuda_ok(cudaError_t e, const char* what) {
@@ -178,6 +179,18 @@ void run_forward(const ForwardArgs& a) {
               100.0 * achieved / copy_bw, copy_bw / 1e12);
   std::printf("  roofline          %.1f tokens/s (bytes per step / copy bandwidth) -> %.1f%% of roofline\n",
               roofline_tok_s, 100.0 * tok_s / roofline_tok_s);
+  nlohmann::json ablation = nlohmann::json::array();
+  if (a.ablate) {
+    if (a.phase != "decode") throw Error("bench forward --ablate: decode steps only (they run as CUDA graphs)");
+    const cuda::GraphAblation g = cuda_decode_graph_ablation(*backend, 21);
+    std::printf("  in-graph cost per kernel (its nodes disabled, graph replayed; median of 21):\n");
+    std::printf("    whole graph %.3f ms, %d kernel nodes\n", g.baseline_ms, g.kernel_nodes);
+    std::printf("    %10s %6s %10s  %s\n", "us/step", "nodes", "us/node", "kernel");
+    for (const auto& k : g.kernels) {
+      std::printf("    %10.1f %6d %10.2f  %s\n", k.cost_us, k.nodes, k.cost_us / k.nodes, k.kernel.c_str());
+      ablation.push_back({{"kernel", k.kernel}, {"nodes", k.nodes}, {"cost_us", k.cost_us}});
+    }
+  }
   if (!a.json.empty()) {
     nlohmann::json j = {{"gpu", prop.name},
                         {"model", a.model.empty() ? a.config : a.model},
@@ -197,6 +210,7 @@ void run_forward(const ForwardArgs& a) {
                         {"copy_bytes_per_s", copy_bw},
                         {"pct_of_copy_bw", 100.0 * achieved / copy_bw},
                         {"roofline_tokens_per_s", roofline_tok_s}};
+    if (a.ablate) j["graph_ablation"] = ablation;
     std::ofstream f(a.json);
     if (!f) throw Error("--json: cannot write '" + a.json + "'");
     f << j.dump(1) << "\n";
@@ -221,6 +235,8 @@ void add_forward(CLI::App& bench) {
   cmd->add_option("--warmup", a->warmup, "untimed steps first (graph capture happens here)")->default_val(3);
   cmd->add_option("--seed", a->seed, "dummy weight seed")->default_val(0);
   cmd->add_option("--json", a->json, "also write the figures to this file");
+  cmd->add_flag("--ablate", a->ablate,
+                "decode: also print each kernel's in-graph cost (its graph nodes disabled in turn)");
   cmd->callback([a] { run_forward(*a); });
 }
 

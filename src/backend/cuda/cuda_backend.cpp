@@ -1,6 +1,7 @@
 // The CUDA executor on one GPU: device weights, the paged latent KV cache, the layer sequence of
 // kernels (forward_pass.cpp), decode steps replayed as CUDA graphs per batch bucket, GPU sampling.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/graph_ablation.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -103,6 +104,12 @@ class CudaBackend final : public Backend {
 
   std::vector<SeqResult> execute(const Batch& batch) override;
 
+  cuda::GraphAblation ablate_last_decode_graph(int replays) {
+    auto it = graphs_.find(last_bucket_);
+    if (it == graphs_.end()) throw Error("graph ablation: no decode step has run as a CUDA graph yet");
+    return cuda::ablate_graph(it->second.graph, it->second.exec, stream_, replays);
+  }
+
   CudaStepTraffic last_traffic() {
     CudaStepTraffic t;
     RS_CUDA(cudaStreamSynchronize(stream_));
@@ -162,7 +169,10 @@ class CudaBackend final : public Backend {
   }
 
   void drop_graphs() {
-    for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+    for (auto& [b, g] : graphs_) {
+      cudaGraphExecDestroy(g.exec);
+      cudaGraphDestroy(g.graph);
+    }
     graphs_.clear();
   }
 
@@ -186,7 +196,12 @@ class CudaBackend final : public Backend {
   int64_t layer_stride_ = 0;
   int bt_width_ = 0;
   DeviceBuffer cache_;
-  std::map<int, cudaGraphExec_t> graphs_;
+  struct DecodeGraph {
+    cudaGraph_t graph;  // kept for its node handles (graph_ablation.h)
+    cudaGraphExec_t exec;
+  };
+  std::map<int, DecodeGraph> graphs_;
+  int last_bucket_ = 0;
   int last_tokens_ = 0;
   uint64_t last_kv_bytes_ = 0;
 };
@@ -265,11 +280,11 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
       RS_CUDA(cudaStreamEndCapture(stream_, &graph));
       cudaGraphExec_t exec;
       RS_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      cudaGraphDestroy(graph);
-      it = graphs_.emplace(bucket, exec).first;
+      it = graphs_.emplace(bucket, DecodeGraph{graph, exec}).first;
       // The warm-up already wrote this step's KV rows; the replay rewrites the identical values.
     }
-    RS_CUDA(cudaGraphLaunch(it->second, stream_));
+    RS_CUDA(cudaGraphLaunch(it->second.exec, stream_));
+    last_bucket_ = bucket;
   } else {
     int max_ctx = 0;
     for (auto& p : plan.prefills) max_ctx = std::max(max_ctx, p.start + p.T);
@@ -321,6 +336,12 @@ std::vector<float> cuda_last_step_routing_margins(Backend& b) {
   auto* cb = dynamic_cast<CudaBackend*>(&b);
   if (!cb) throw Error("routing margins: backend '" + b.name() + "' is not the CUDA backend");
   return cb->last_margins();
+}
+
+cuda::GraphAblation cuda_decode_graph_ablation(Backend& b, int replays) {
+  auto* cb = dynamic_cast<CudaBackend*>(&b);
+  if (!cb) throw Error("graph ablation: backend '" + b.name() + "' is not the CUDA backend");
+  return cb->ablate_last_decode_graph(replays);
 }
 
 CudaStepTraffic cuda_last_step_traffic(Backend& b) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/graph_ablation.h"
 
 namespace rs {
 // Number of usable CUDA devices; 0 (with `why` set) when there is no driver or no GPU.
@@ -27,4 +28,7 @@ CudaStepTraffic cuda_last_step_traffic(Backend& b);
 // at any MoE layer's discrete routing choice (group cut or k-th expert) as the GPU router saw it:
 // where it is below bf16 noise, a GPU/CPU difference at that row is a routing flip, not a bug.
 std::vector<float> cuda_last_step_routing_margins(Backend& b);
+// In-graph cost of each kernel of the last decode step's CUDA graph (graph_ablation.h), for
+// `bench forward --ablate`. Throws rs::Error if `b` is not the CUDA backend or no decode graph ran.
+cuda::GraphAblation cuda_decode_graph_ablation(Backend& b, int replays);
 }  // namespace rs
