@@ -202,12 +202,20 @@ namespace {
 int g_gemv_max_tokens = kGemvDefaultMaxTokens;
 bool g_gemv_tc = true;
 int g_expert_gemv_max_tokens = kExpertGemvDefaultMaxTokens;
+int g_expert_gemv_max_tokens_bf16 = kExpertGemvDefaultMaxTokensBf16;
 }  // namespace
 int gemv_max_tokens() { return g_gemv_max_tokens; }
-int expert_gemv_max_tokens() { return g_expert_gemv_max_tokens; }
+int expert_gemv_max_tokens() { return std::max(g_expert_gemv_max_tokens, g_expert_gemv_max_tokens_bf16); }
+int expert_gemv_max_tokens_for(bool fp8) { return fp8 ? g_expert_gemv_max_tokens : g_expert_gemv_max_tokens_bf16; }
 void set_gemv_max_tokens(int linear_m, int experts_m) {
   g_gemv_max_tokens = std::clamp(linear_m, 0, kGemvMaxTokens);
-  g_expert_gemv_max_tokens = std::clamp(experts_m, 0, kExpertGemvMaxTokens);
+  g_expert_gemv_max_tokens = g_expert_gemv_max_tokens_bf16 = std::clamp(experts_m, 0, kExpertGemvMaxTokens);
+}
+GemvThresholds gemv_thresholds() { return {g_gemv_max_tokens, g_expert_gemv_max_tokens, g_expert_gemv_max_tokens_bf16}; }
+void set_gemv_thresholds(const GemvThresholds& t) {
+  g_gemv_max_tokens = std::clamp(t.linear, 0, kGemvMaxTokens);
+  g_expert_gemv_max_tokens = std::clamp(t.experts_fp8, 0, kExpertGemvMaxTokens);
+  g_expert_gemv_max_tokens_bf16 = std::clamp(t.experts_bf16, 0, kExpertGemvMaxTokens);
 }
 
 namespace {

@@ -14,11 +14,14 @@ namespace rs::kern {
 // Compiled maxima of the GEMV paths (token tiles of 1, 2, 4, 8 / the tensor-core GEMV's 8
 // MMA columns). Runtime thresholds, measured on an H200 (docs/perf/matmul.md): linear() uses a
 // GEMV up to 8 tokens (the tensor-core GEMV beats the GEMM tile at m = 2, 4, 8); moe_experts()
-// uses its GEMV path up to 2 tokens and the grouped GEMM from 4 on.
+// uses its few-token kernels up to 2 tokens for FP8 and for 1 token in bf16, where the grouped
+// tensor-core GEMV takes over from 2 (3.60 against 3.77 ms a V2-Lite step at batch 2; at batch 1
+// it loses, 2.62 against 2.47 ms: docs/perf/matmul.md, 2026-11-30).
 constexpr int kGemvMaxTokens = 8;
 constexpr int kExpertGemvMaxTokens = 8;
 constexpr int kGemvDefaultMaxTokens = 8;
-constexpr int kExpertGemvDefaultMaxTokens = 2;
+constexpr int kExpertGemvDefaultMaxTokens = 2;      // FP8 (no grouped tensor-core GEMV for it)
+constexpr int kExpertGemvDefaultMaxTokensBf16 = 1;
 constexpr int kMaxExperts = 1024;        // routing bitmask / one group thread per expert
 constexpr int kMaxTopK = 16;
 
@@ -138,9 +141,17 @@ void set_matmul_pdl(bool on);
 
 // Largest m that takes the GEMV paths (default: the compiled maxima above); larger m takes the
 // tensor-core paths. For A/B measurements in `bench linear`.
+// set_gemv_max_tokens sets the experts' limit for both weight types.
 void set_gemv_max_tokens(int linear_m, int experts_m);
 int gemv_max_tokens();
-int expert_gemv_max_tokens();
+int expert_gemv_max_tokens();               // the larger of the two types' limits
+int expert_gemv_max_tokens_for(bool fp8);
+// Every threshold at once, so a benchmark or test that changes them restores them exactly.
+struct GemvThresholds {
+  int linear, experts_fp8, experts_bf16;
+};
+GemvThresholds gemv_thresholds();
+void set_gemv_thresholds(const GemvThresholds& t);
 
 // Benchmarks and tests: fill `bytes` with random non-zero bf16 in +-[0.01, 1) or, for FP8,
 // e4m3 with exponents 0..10 (never NaN), from `seed`.

@@ -378,7 +378,7 @@ void run(bool quick, const std::string& json_path) {
     for (const auto& sh : decode) rows.push_back(bench_dense(std::string(sh.name) + "/cudacore", t, sh.rows, sh.cols, 1, reps, s));
   kern::set_gemv_tc(true);
   // GEMV against the tensor-core path for a few tokens: where the dispatch threshold belongs.
-  const int def_lin = kern::gemv_max_tokens(), def_exp = kern::expert_gemv_max_tokens();
+  const kern::GemvThresholds defaults = kern::gemv_thresholds();
   for (int m : {1, 2, 4, 8}) {
     for (int path = 0; path < 2; ++path) {
       kern::set_gemv_max_tokens(path == 0 ? 8 : 0, path == 0 ? 8 : 0);
@@ -391,7 +391,7 @@ void run(bool quick, const std::string& json_path) {
       if (m == 1) rows.push_back(bench_moe("moe_experts" + suffix, F, m, reps, s));
     }
   }
-  kern::set_gemv_max_tokens(def_lin, def_exp);
+  kern::set_gemv_thresholds(defaults);
   for (int m : {16, 64}) {
     rows.push_back(bench_dense("o_proj", B, 2048, 2048, m, reps, s));
     rows.push_back(bench_dense("dense_gate_up", B, 21888, 2048, m, reps, s));

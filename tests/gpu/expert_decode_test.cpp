@@ -184,14 +184,15 @@ void check(WeightType type, Shape sh, int m, uint64_t seed, int calls = 1, int w
 // Few-token kernels for every m they are compiled for (the threshold raised to 8), the given
 // fused setting (0 two kernels, 1..4 fused with mode bits v - 1); restores both.
 struct FewTokenScope {
-  int lin = rs::kern::gemv_max_tokens(), exp = rs::kern::expert_gemv_max_tokens();
+  int lin = rs::kern::gemv_max_tokens();
+  rs::kern::GemvThresholds saved = rs::kern::gemv_thresholds();
   int fused = rs::kern::expert_fused();
   explicit FewTokenScope(int f) {
     rs::kern::set_gemv_max_tokens(lin, rs::kern::kExpertGemvMaxTokens);
     rs::kern::set_expert_fused(f);
   }
   ~FewTokenScope() {
-    rs::kern::set_gemv_max_tokens(lin, exp);
+    rs::kern::set_gemv_thresholds(saved);
     rs::kern::set_expert_fused(fused);
   }
 };

@@ -395,6 +395,7 @@ TEST_CASE("moe_experts fp8 matches the fp64 reference (GEMV and grouped GEMM pat
 TEST_CASE("GEMV paths with 3 to 8 tokens match the reference") {
   if (skip_without_gpu("gemv 3-8 tokens")) return;
   const int lin = rs::kern::gemv_max_tokens(), exp = rs::kern::expert_gemv_max_tokens();
+  const rs::kern::GemvThresholds saved = rs::kern::gemv_thresholds();
   rs::kern::set_gemv_max_tokens(rs::kern::kGemvMaxTokens, rs::kern::kExpertGemvMaxTokens);
   check_linear({WeightType::BF16, 700, 2048, 3}, 801);
   check_linear({WeightType::BF16, 9000, 256, 8}, 802);
@@ -403,7 +404,7 @@ TEST_CASE("GEMV paths with 3 to 8 tokens match the reference") {
   check_linear({WeightType::BF16, 33, 2816, 6}, 805);
   for (int m : {3, 8}) check_moe(WeightType::BF16, m, 810 + m, false);
   check_moe(WeightType::FP8_E4M3_BLOCK, 6, 820, false);
-  rs::kern::set_gemv_max_tokens(lin, exp);
+  rs::kern::set_gemv_thresholds(saved);
 }
 
 // The CUDA-core GEMV is the fallback where the tensor-core GEMV does not apply (FP8 scale
@@ -411,6 +412,7 @@ TEST_CASE("GEMV paths with 3 to 8 tokens match the reference") {
 TEST_CASE("CUDA-core GEMV fallback matches the reference") {
   if (skip_without_gpu("cuda-core gemv")) return;
   const int lin = rs::kern::gemv_max_tokens(), exp = rs::kern::expert_gemv_max_tokens();
+  const rs::kern::GemvThresholds saved = rs::kern::gemv_thresholds();
   rs::kern::set_gemv_max_tokens(rs::kern::kGemvMaxTokens, exp);
   rs::kern::set_gemv_tc(false);
   const LinearCase cases[] = {
@@ -424,7 +426,7 @@ TEST_CASE("CUDA-core GEMV fallback matches the reference") {
   rs::kern::set_gemv_max_tokens(rs::kern::kGemvMaxTokens, rs::kern::kExpertGemvMaxTokens);
   for (int m : {1, 2, 7}) check_moe(WeightType::FP8_E4M3_BLOCK, m, 1300 + m, false);  // CUDA-core FP8 experts
   rs::kern::set_gemv_tc(true);
-  rs::kern::set_gemv_max_tokens(lin, exp);
+  rs::kern::set_gemv_thresholds(saved);
 }
 
 TEST_CASE("moe_experts replays from a CUDA graph with changing routing") {
@@ -455,6 +457,7 @@ TEST_CASE("moe_experts earlier kernels (expert decode kernels off) match the ref
 TEST_CASE("moe_experts with shared experts folded in matches the fp64 reference") {
   if (skip_without_gpu("moe shared")) return;
   const int lin = rs::kern::gemv_max_tokens(), exp = rs::kern::expert_gemv_max_tokens();
+  const rs::kern::GemvThresholds saved = rs::kern::gemv_thresholds();
   uint64_t seed = 1600;
   MoeShape bf{12, 272, 176, 4, 2};  // no scale-block constraint for bf16
   for (int m : {1, 2, 9, 40, 300}) check_moe(WeightType::BF16, m, seed++, false, bf);
@@ -467,7 +470,7 @@ TEST_CASE("moe_experts with shared experts folded in matches the fp64 reference"
   rs::kern::set_gemv_max_tokens(lin, rs::kern::kExpertGemvMaxTokens);
   for (int m : {3, 8}) check_moe(WeightType::BF16, m, seed++, false, bf);
   check_moe(WeightType::FP8_E4M3_BLOCK, 6, seed++, false, f8);
-  rs::kern::set_gemv_max_tokens(lin, exp);
+  rs::kern::set_gemv_thresholds(saved);
 }
 
 TEST_CASE("moe_experts with shared experts replays from a CUDA graph with changing routing") {
@@ -625,6 +628,7 @@ TEST_CASE("linear_group rejects bad operands with a clear error") {
 TEST_CASE("linear_group (grouped GEMV) matches the fp64 reference, bf16 and fp8, 1 to 16 rows") {
   if (skip_without_gpu("linear_group")) return;
   const int lin = rs::kern::gemv_max_tokens(), exp = rs::kern::expert_gemv_max_tokens();
+  const rs::kern::GemvThresholds saved = rs::kern::gemv_thresholds();
   rs::kern::set_gemv_max_tokens(rs::kern::kGemvMaxTokens, exp);
   uint64_t seed = 2000;
   // Default dispatch, then with the tensor-core GEMV off (the dispatch test of each job differs;
@@ -644,7 +648,7 @@ TEST_CASE("linear_group (grouped GEMV) matches the fp64 reference, bf16 and fp8,
     check_group(WeightType::BF16, {96, 40, 7, 300}, 4096, 3, seed++);        // four jobs, width split
   }
   rs::kern::set_gemv_tc(true);
-  rs::kern::set_gemv_max_tokens(lin, exp);
+  rs::kern::set_gemv_thresholds(saved);
 }
 
 // The grouped launch under graph capture, followed by a linear() that reads one of its outputs

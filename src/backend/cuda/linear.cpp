@@ -121,7 +121,7 @@ size_t expert_gemv_bytes(int m, int top_k, int num_experts, int inter, int n_sha
 // above that the mma.sync GEMM tile (or cuBLASLt for prefill sizes) reuses weights better.
 constexpr int kExpertTcMaxTokens = 512;
 bool expert_tc_gemv_for(const MoeExperts& e, int m, int top_k) {
-  return kern::expert_decode() && e.type == WeightType::BF16 && m > kern::expert_gemv_max_tokens() &&
+  return kern::expert_decode() && e.type == WeightType::BF16 && m > kern::expert_gemv_max_tokens_for(false) &&
          m <= kExpertTcMaxTokens && int64_t(m) * top_k <= int64_t(16) * e.num_experts;
 }
 
@@ -558,7 +558,7 @@ bool moe_experts_decode(const MoeExperts& experts, const __nv_bfloat16* x, int m
                 "; run them with linear() (ask moe_can_fuse_shared first)");
   }
   const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
-  const bool small = kern::expert_decode() && m <= kern::expert_gemv_max_tokens();
+  const bool small = kern::expert_decode() && m <= kern::expert_gemv_max_tokens_for(fp8);
   const bool tc = expert_tc_gemv_for(experts, m, top_k);
   if (!small && !tc && ns == 0) return false;
   if (small) {
