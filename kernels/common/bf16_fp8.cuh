@@ -83,25 +83,3 @@ __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(uint32_t w, float s) {
 }
 
 }  // namespace rs::kern
-
-namespace rs::kern {
-
-// 16 bytes written earlier in the same kernel by another block: L2 only (the .nc and L1 paths are
-// not coherent within a grid). Volatile, so it stays after the (volatile) acquire that allows it.
-__device__ __forceinline__ uint4 ld_l2_16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// Acquire load of a grid-wide counter: later loads of this thread see what the counter's
-// writers released before their increments.
-__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-}  // namespace rs::kern

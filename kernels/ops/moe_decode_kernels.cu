@@ -24,19 +24,6 @@ bool expert_decode_default() {
 }
 bool g_expert_decode = expert_decode_default();
 
-// Few-token path: 0 = two kernels (gate_up, then down), the default: measured faster than every
-// mode of the fused kernel (docs/perf/matmul.md, 2026-11-30 04:31). RS_EXPERT_FUSED=1 + mode
-// starts a process on the fused kernel with fused_experts_op's mode bits (A/B runs);
-// set_expert_fused() switches at run time.
-int expert_fused_default() {
-  const char* v = std::getenv("RS_EXPERT_FUSED");
-  return v && v[0] >= '0' && v[0] <= '4' && !v[1] ? v[0] - '0' : 0;
-}
-int g_expert_fused = expert_fused_default();
-
-// The fused kernel's grid-wide hand-over counters (FusedSync): zero at module load, reset to
-// zero by the last block of every call.
-__device__ FusedSync g_fused_sync;
 
 // One and two tokens fit 2 blocks of 256 threads per SM (<= 128 registers); more tokens hold
 // more partial sums and get one.
@@ -54,14 +41,6 @@ __global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>()) expert_d
   __shared__ SmallRouting sr;
   __shared__ float red[kGemvWarps * kDownRows * MT];
   fused_down_op<kFp8, MT, U>(p, sr, red);
-}
-
-template <bool kFp8, int MT, int UD, int UG>
-__global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>())
-    expert_decode_fused_kernel(ExpertGemvParams p, int mode) {
-  __shared__ SmallRouting sr;
-  __shared__ float red[kGemvWarps * kDownRows * MT];
-  fused_experts_op<kFp8, MT, UD, UG>(p, sr, red, &g_fused_sync, mode);
 }
 
 __global__ void __launch_bounds__(kMaxExperts) expert_decode_group_kernel(ExpertGemmParams p) {
@@ -105,14 +84,6 @@ void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   // for down one batch covers a whole 1408-wide row of every kDownRows rows (bf16 176 <= 192,
   // FP8 88 <= 96).
   constexpr int U = kFp8 ? 4 : 8, UD = kFp8 ? 3 : 6;
-  if (g_expert_fused > 0) {
-    // Every block must be resident at once (the gate_up -> down hand-over spins): the grid is
-    // the occupancy, never more.
-    auto* fused = expert_decode_fused_kernel<kFp8, MT, UD, U>;
-    static const int occ = resident_blocks(fused, kGemvThreads);
-    launch_pdl(fused, dim3(sm_count * occ), dim3(kGemvThreads), 0, s, p, g_expert_fused - 1);
-    return;
-  }
   auto* gate_up = expert_decode_gate_up_kernel<kFp8, MT, U>;
   auto* down = expert_decode_down_kernel<kFp8, MT, UD>;
   static const int occ_gu = resident_blocks(gate_up, kGemvThreads);
@@ -137,8 +108,6 @@ void small_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
 }  // namespace
 
 void set_expert_decode(bool on) { g_expert_decode = on; }
-void set_expert_fused(int v) { g_expert_fused = v < 0 ? 0 : v > 4 ? 4 : v; }
-int expert_fused() { return g_expert_fused; }
 bool expert_decode() { return g_expert_decode; }
 
 void launch_expert_decode_small(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t s) {

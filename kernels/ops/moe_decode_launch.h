@@ -24,12 +24,4 @@ void launch_expert_decode_grouped(const ExpertGemmParams& p, int sm_count, cudaS
 void set_expert_decode(bool on);
 bool expert_decode();
 
-// Few tokens: 0 = two kernels (gate_up, then down; the default, measured faster); 1..4 = one
-// fused kernel (gate_up, a grid-wide hand-over, down) with mode bits v - 1 (fused_experts_op:
-// 1 = no L2 prefetch of the down rows, 2 = unpipelined gate_up), kept for A/B runs.
-// Environment RS_EXPERT_FUSED=v sets the start value.
-// Same results on every setting up to the fp32 summation order inside a row.
-void set_expert_fused(int v);
-int expert_fused();
-
 }  // namespace rs::kern

@@ -1,8 +1,8 @@
 // The decode-time expert kernels (kernels/ops/expert_decode.cuh) against an fp64 host reference:
-// the fused few-token kernel (gate_up, grid-wide hand-over, down in one grid) and the two-kernel
-// path it replaces, bf16 and FP8, 1..16 tokens, with 0, 1 or 2 shared experts folded in, shapes
-// whose rows do not fill a whole load batch, the V2-Lite shape itself, many calls in a row and
-// graph replays (the hand-over counters must come back to zero after every call).
+// the few-token kernels (gate_up + SwiGLU, then down) forced for every m they are compiled for,
+// and the default dispatch, bf16 and FP8, 1..16 tokens, with 0, 1 or 2 shared experts folded in,
+// shapes whose rows do not fill a whole load batch, the V2-Lite shape itself, many calls in a
+// row and graph replays with changing routing.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -168,7 +168,7 @@ void check_calls(const Experts& f, int m, Rng& rng, int calls, int ws_m = 0) {
     INFO((type == WeightType::BF16 ? "bf16" : "fp8") << " m=" << m << " E=" << sh.E << " hidden=" << sh.hidden
                                                      << " inter=" << sh.inter << " top_k=" << sh.top_k
                                                      << " n_shared=" << sh.n_shared << " call " << c
-                                                     << " fused=" << rs::kern::expert_fused() << " rel=" << st.rel
+                                                     << " rel=" << st.rel
                                                      << " nan=" << st.nan);
     CHECK(st.nan == 0);
     CHECK(st.rel <= kTolerance);
@@ -181,62 +181,44 @@ void check(WeightType type, Shape sh, int m, uint64_t seed, int calls = 1, int w
   check_calls(f, m, rng, calls, ws_m);
 }
 
-// Few-token kernels for every m they are compiled for (the threshold raised to 8), the given
-// fused setting (0 two kernels, 1..4 fused with mode bits v - 1); restores both.
+// Few-token kernels for every m they are compiled for (the threshold raised to 8); restores
+// the thresholds.
 struct FewTokenScope {
-  int lin = rs::kern::gemv_max_tokens();
   rs::kern::GemvThresholds saved = rs::kern::gemv_thresholds();
-  int fused = rs::kern::expert_fused();
-  explicit FewTokenScope(int f) {
-    rs::kern::set_gemv_max_tokens(lin, rs::kern::kExpertGemvMaxTokens);
-    rs::kern::set_expert_fused(f);
-  }
-  ~FewTokenScope() {
-    rs::kern::set_gemv_thresholds(saved);
-    rs::kern::set_expert_fused(fused);
-  }
+  FewTokenScope() { rs::kern::set_gemv_max_tokens(saved.linear, rs::kern::kExpertGemvMaxTokens); }
+  ~FewTokenScope() { rs::kern::set_gemv_thresholds(saved); }
 };
 
 }  // namespace
 
 TEST_SUITE("gpu.experts") {
-TEST_CASE("fused few-token expert kernel matches the fp64 reference, bf16 and FP8, 1..8 tokens, every mode") {
-  if (skip_without_gpu("fused experts")) return;
-  for (int v = 1; v <= 4; ++v) {
-    FewTokenScope scope(v);
-    uint64_t seed = 9100;
-    // bf16: hidden 272 / inter 176 fill no load batch evenly (34 / 22 chunks of 8); hidden 1040
-    // takes two pipelined batches a row, the second partial.
-    for (int ns : {0, 1, 2})
-      for (int m = 1; m <= 8; ++m) check(WeightType::BF16, {12, 272, 176, 4, ns}, m, seed++);
-    for (int m : {1, 2, 7}) check(WeightType::BF16, {12, 1040, 176, 4, 2}, m, seed++);
-    // FP8: inter a multiple of the 128 scale blocks (shared views); hidden 272 leaves a partial
-    // scale block and a partial batch.
-    for (int ns : {0, 2})
-      for (int m = 1; m <= 8; ++m) check(WeightType::FP8_E4M3_BLOCK, {12, 272, 256, 4, ns}, m, seed++);
-    check(WeightType::FP8_E4M3_BLOCK, {12, 272, 256, 4, 1}, 1, seed++);
-    check(WeightType::FP8_E4M3_BLOCK, {12, 2064, 256, 4, 2}, 2, seed++);
-  }
+TEST_CASE("few-token expert kernels match the fp64 reference, bf16 and FP8, 1..8 tokens") {
+  if (skip_without_gpu("few-token experts")) return;
+  FewTokenScope scope;
+  uint64_t seed = 9100;
+  // bf16: hidden 272 / inter 176 fill no load batch evenly (34 / 22 chunks of 8); hidden 1040
+  // takes two load batches a row, the second partial.
+  for (int ns : {0, 1, 2})
+    for (int m = 1; m <= 8; ++m) check(WeightType::BF16, {12, 272, 176, 4, ns}, m, seed++);
+  for (int m : {1, 2, 7}) check(WeightType::BF16, {12, 1040, 176, 4, 2}, m, seed++);
+  // FP8: inter a multiple of the 128 scale blocks (shared views); hidden 272 leaves a partial
+  // scale block and a partial batch.
+  for (int ns : {0, 2})
+    for (int m = 1; m <= 8; ++m) check(WeightType::FP8_E4M3_BLOCK, {12, 272, 256, 4, ns}, m, seed++);
+  check(WeightType::FP8_E4M3_BLOCK, {12, 272, 256, 4, 1}, 1, seed++);
+  check(WeightType::FP8_E4M3_BLOCK, {12, 2064, 256, 4, 2}, 2, seed++);
 }
 
-TEST_CASE("two-kernel few-token path (fused off) matches the fp64 reference") {
-  if (skip_without_gpu("two-kernel experts")) return;
-  FewTokenScope scope(0);
-  uint64_t seed = 9200;
-  for (int m : {1, 2, 5, 8}) check(WeightType::BF16, {12, 272, 176, 4, 2}, m, seed++);
-  for (int m : {1, 3, 8}) check(WeightType::FP8_E4M3_BLOCK, {12, 272, 256, 4, 2}, m, seed++);
-}
-
-TEST_CASE("fused expert kernel at DeepSeek-V2-Lite shapes (hidden 2048, inter 1408, top-6, 2 shared), many calls in a row") {
-  if (skip_without_gpu("fused experts v2-lite")) return;
-  FewTokenScope scope(1);
+TEST_CASE("few-token expert kernels at DeepSeek-V2-Lite shapes (hidden 2048, inter 1408, top-6, 2 shared), many calls in a row") {
+  if (skip_without_gpu("experts v2-lite")) return;
+  FewTokenScope scope;
   // 8 routed experts instead of 64 keep the host reference small; the kernels see the same
   // slots (6 routed + 2 shared), rows and grid as at 64.
   const Shape v2{8, 2048, 1408, 6, 2};
   for (WeightType type : {WeightType::BF16, WeightType::FP8_E4M3_BLOCK}) {
     Rng rng(type == WeightType::BF16 ? 9300 : 9301);
     const Experts f(type, v2, rng);
-    check_calls(f, 1, rng, 4);  // several calls: the hand-over counters are back at zero after each
+    check_calls(f, 1, rng, 4);  // several calls in a row
     check_calls(f, 2, rng, 2);
   }
 }
@@ -254,9 +236,9 @@ TEST_CASE("expert kernels with the default thresholds, 1..16 tokens, with and wi
     }
 }
 
-TEST_CASE("fused expert kernel replays from a CUDA graph with changing routing") {
-  if (skip_without_gpu("fused experts graph")) return;
-  FewTokenScope scope(1);
+TEST_CASE("few-token expert kernels replay from a CUDA graph with changing routing") {
+  if (skip_without_gpu("experts graph")) return;
+  FewTokenScope scope;
   for (WeightType type : {WeightType::BF16, WeightType::FP8_E4M3_BLOCK})
     for (int m : {1, 2}) {
       Rng rng(9500 + m + (type == WeightType::BF16 ? 0 : 10));
@@ -284,7 +266,7 @@ TEST_CASE("fused expert kernel replays from a CUDA graph with changing routing")
       cudaGraph_t g;
       cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
       call();
-      call();  // two fused calls back to back in one graph (two layers)
+      call();  // two calls back to back in one graph (two layers)
       cuda_ok(cudaStreamEndCapture(s, &g), "end capture");
       cudaGraphExec_t ge;
       cuda_ok(cudaGraphInstantiate(&ge, g, 0), "instantiate");
