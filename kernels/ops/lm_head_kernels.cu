@@ -1,3 +1,4 @@
+#include "kernels/common/sm_count.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/lm_head.cuh"
@@ -26,13 +27,8 @@ bool lm_head_gemv_ok(const LmHeadParams& p) {
   return p.hidden % 8 == 0 && aligned16(p.w) && aligned16(p.x) && p.vocab > 0;
 }
 int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      n <= 0) {
-    cudaGetLastError();
-    return 132;  // only sizes the grid; a launch error would surface at the caller's check
-  }
-  return n;
+  const int n = kern::current_sm_count();
+  return n > 0 ? n : 132;  // only sizes the grid; a launch error would surface at the caller's check
 }
 }  // namespace
 

@@ -1,3 +1,4 @@
+#include "kernels/common/sm_count.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/kv_cache.cuh"
@@ -48,13 +49,8 @@ void launch_mla_absorb_q(const MlaAbsorbQParams& p, cudaStream_t stream) {
 }
 void launch_mla_v_up(const MlaVUpParams& p_in, cudaStream_t stream) {
   if (p_in.n <= 0) return;
-  static int sms = 0;  // host-side, once
-  if (sms == 0) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (sms <= 0) sms = 132;
-  }
+  const int sm_query = kern::current_sm_count();
+  const int sms = sm_query > 0 ? sm_query : 132;  // sizes the grid only
   // Rows per warp: merging the splits, two when one row per warp would need more than about one
   // block per SM (batch 1: 128 blocks instead of 256), so each head's partials (up to 64 KB at
   // batch 1) are read by half as many blocks; otherwise one (more, smaller blocks in flight).

@@ -1,3 +1,4 @@
+#include "kernels/common/sm_count.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/mla_decode.cuh"
@@ -34,13 +35,8 @@ void launch_split(const MlaDecodeParams& p, cudaStream_t stream) {
 }  // namespace
 void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream) {
   if (p.batch <= 0) return;
-  static int sms = 0;  // host-side, once
-  if (sms == 0) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (sms <= 0) sms = 132;
-  }
+  const int sm_query = kern::current_sm_count();
+  const int sms = sm_query > 0 ? sm_query : 132;  // sizes the grid only
   // A grid of at most one block per SM (batch 1 and 2) leaves every SM's second slot empty, so its
   // blocks take 8 warps: each tile's S and P V chains are half as long (H200, batch 1: split
   // kernel 7.5 -> 6.8 us under ncu, step -0.04 ms at 1K and 4K). Larger grids keep 4 warps and

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cublaslt_gemm.h"
 #include "common/error.h"
+#include "kernels/common/sm_count.h"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/moe_decode_launch.h"
 
@@ -27,19 +28,9 @@ std::string describe(const DeviceMatrix& w) {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 int sm_count() {
-  static int cached[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
-    cudaGetLastError();
-    throw Error("linear: no current CUDA device");
-  }
-  if (cached[dev] == 0) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-      throw Error("linear: cannot read the multiprocessor count of device " + std::to_string(dev));
-    cached[dev] = n;
-  }
-  return cached[dev];
+  const int n = kern::current_sm_count();
+  if (n <= 0) throw Error("linear: cannot read the current CUDA device's multiprocessor count");
+  return n;
 }
 
 void check_launch(const char* what) {
