@@ -144,7 +144,10 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     CUDA_VISIBLE_DEVICES=0,1 timeout 60 "$RS" bench allreduce --tp 2 --dtype bf16 --reps 31 --sizes 1K,14K,28K \
       --fused-variant $v $([ $v = auto ] || echo --no-nccl) > "$OUTDIR/allreduce_$v.log" 2>&1
     cat "$OUTDIR/allreduce_$v.log" | tail -12
-    ROWS+=("allreduce 14K fused $v|$(grep -E '^\s*14K' "$OUTDIR/allreduce_$v.log" | head -1 | tr -s ' ')")
+    # The first 14K row is the chained table's (graph/eager us): oneshot fused twoshot trayfirst
+    # nccl auto, what auto picks, fused - oneshot, best vs NCCL.
+    ROWS+=("allreduce 14K chained ($v)|$(grep -E '^\s*14K' "$OUTDIR/allreduce_$v.log" | head -1 | tr -s ' ' |
+      awk '{printf "1shot %s fused %s 2shot %s nccl %s | fused-1shot %s | vs nccl %s", $2, $3, $4, $6, $9, $10}')")
   done
 fi
 
