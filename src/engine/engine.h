@@ -19,6 +19,7 @@ namespace rs {
 
 class Backend;
 class Tokenizer;
+struct JsonSchema;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
@@ -26,6 +27,7 @@ struct GenerationRequest {
   int max_tokens = 16;                     // new tokens per choice
   int min_tokens = 0;                      // EOS and stop tokens banned, stop strings unchecked, before this many
   bool json_object = false;                // JSON mode: the output is constrained to one JSON object
+  std::shared_ptr<const JsonSchema> json_schema;  // with json_object: ... to a value this schema accepts
   int n = 1;                               // choices sharing the prompt's KV
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;

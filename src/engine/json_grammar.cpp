@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "engine/json_schema.h"
+
 #include "tokenizer/tokenizer.h"
 
 namespace rs {
@@ -18,6 +20,7 @@ enum Mode : uint8_t {
   kString,
   kNumber,
   kLiteral,
+  kEnum,  // schema mode: one of the node's literal values, byte by byte along its trie
   kDone,
 };
 
@@ -33,6 +36,17 @@ bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 }  // namespace
+
+JsonState JsonState::with_schema(const JsonSchema* schema) {
+  JsonState s;
+  s.schema = schema;
+  s.value_node = schema ? schema->root : 0;
+  return s;
+}
+
+bool JsonState::in_plain_string() const {
+  return mode == kString && sub == 0 && !(in_key && schema && trie != -2);
+}
 
 bool JsonState::feed(std::string_view bytes) {
   for (char c : bytes)
@@ -55,8 +69,14 @@ bool JsonState::step(uint8_t c) {
       mode = kAfterValue;
     }
   };
+  auto node = [&](int32_t i) -> const JsonSchema::Node& { return schema->nodes[size_t(i)]; };
   auto open = [&](bool object) {
     if (depth >= kJsonMaxDepth) return false;
+    if (schema) {
+      if (depth >= kJsonSchemaMaxDepth) return false;
+      frames[depth] = Frame{0, value_node};
+      if (!object) value_node = node(value_node).items;
+    }
     objects = object ? objects | (uint64_t(1) << depth) : objects & ~(uint64_t(1) << depth);
     ++depth;
     mode = object ? kKeyOrEnd : kValueOrEnd;
@@ -64,11 +84,41 @@ bool JsonState::step(uint8_t c) {
   };
   auto close = [&](bool object) {
     if (depth == 0 || top_is_object() != object) return false;
+    if (schema && object) {
+      const Frame& f = frames[depth - 1];
+      if (node(f.node).required & ~f.seen) return false;  // a required property is missing
+    }
     --depth;
     value_done();
     return true;
   };
+  // Schema mode: may another key follow in the top object (one not given yet, or any extra key)?
+  auto key_possible = [&] {
+    const Frame& f = frames[depth - 1];
+    const JsonSchema::Node& o = node(f.node);
+    return o.extra_keys || (o.key_trie >= 0 && (schema->tries[size_t(o.key_trie)].below & ~f.seen) != 0);
+  };
   auto begin_value = [&](uint8_t ch) {
+    if (schema) {
+      const JsonSchema::Node& n = node(value_node);
+      if (n.enum_trie >= 0) {
+        const int32_t t = schema->trie_child(n.enum_trie, ch);
+        if (t < 0) return false;
+        trie = t;
+        mode = kEnum;
+        if (!schema->tries[size_t(t)].has_child) value_done();
+        return true;
+      }
+      const uint8_t need = ch == '{' ? JsonSchema::kObject
+                           : ch == '[' ? JsonSchema::kArray
+                           : ch == '"' ? JsonSchema::kString
+                           : ch == '-' || is_digit(ch) ? JsonSchema::kNumber | JsonSchema::kInteger
+                           : ch == 't' || ch == 'f' ? JsonSchema::kBoolean
+                           : ch == 'n' ? JsonSchema::kNull
+                                       : 0;
+      if (!(n.kinds & need)) return false;
+      int_only = !(n.kinds & JsonSchema::kNumber);
+    }
     if (ch == '{') return open(true);
     if (ch == '[') return open(false);
     if (ch == '"') {
@@ -94,6 +144,31 @@ bool JsonState::step(uint8_t c) {
 
   switch (mode) {
     case kString:
+      if (in_key && schema && trie != -2 && sub == 0) {  // a key the object constrains
+        Frame& f = frames[depth - 1];
+        const JsonSchema::Node& o = node(f.node);
+        if (c == '"') {
+          const int32_t p = trie >= 0 ? schema->tries[size_t(trie)].terminal : -1;
+          if (p >= 0) {
+            if (f.seen >> p & 1u) return fail();  // the same key twice
+            f.seen |= uint64_t(1) << p;
+            value_node = o.props[size_t(p)].second;
+          } else {
+            if (!o.extra_keys) return fail();
+            value_node = 0;
+          }
+          in_key = false;
+          mode = kColon;
+          return true;
+        }
+        const int32_t next = c >= 0x20 && c != '\\' ? schema->trie_child(trie, c) : -1;
+        if (next >= 0 && (o.extra_keys || (schema->tries[size_t(next)].below & ~f.seen) != 0)) {
+          trie = next;
+          return true;
+        }
+        if (!o.extra_keys) return fail();
+        trie = -2;  // not a property name: an extra key, read as any string below
+      }
       if (sub == 1) {  // after a backslash
         if (c == 'u') {
           sub = 2 + 4;  // four hex digits to come
@@ -119,12 +194,14 @@ bool JsonState::step(uint8_t c) {
         if (in_key) {
           in_key = false;
           mode = kColon;
+          value_node = 0;  // schema mode: an extra key's value is unconstrained
         } else {
           value_done();
         }
       }
       return true;
     case kNumber:
+      if (int_only && (c == '.' || c == 'e' || c == 'E')) return fail();  // schema: an integer
       switch (sub) {
         case kMinus:
           if (!is_digit(c)) return fail();
@@ -175,6 +252,18 @@ bool JsonState::step(uint8_t c) {
       if (c != static_cast<uint8_t>(kLiterals[literal][sub])) return fail();
       if (++sub == kLiterals[literal].size()) value_done();
       return true;
+    case kEnum: {
+      const int32_t t = schema->trie_child(trie, c);
+      if (t >= 0) {
+        trie = t;
+        if (!schema->tries[size_t(t)].has_child) value_done();
+        return true;
+      }
+      // A literal that is a prefix of another (1 and 12) ends at the byte that is neither.
+      if (schema->tries[size_t(trie)].terminal < 0) return fail();
+      value_done();
+      return step(c);
+    }
     case kDone:
       return fail();
     default:
@@ -189,6 +278,7 @@ bool JsonState::step(uint8_t c) {
   spaces = 0;
   switch (mode) {
     case kStart:
+      if (schema) return (c == '{' || c == '[') && begin_value(c) ? true : fail();
       return c == '{' && open(true) ? true : fail();
     case kValueOrEnd:
       if (c == ']') return close(false) ? true : fail();
@@ -200,6 +290,11 @@ bool JsonState::step(uint8_t c) {
       [[fallthrough]];
     case kKey:
       if (c != '"') return fail();
+      if (schema) {
+        if (!key_possible()) return fail();
+        const int32_t root = node(frames[depth - 1].node).key_trie;
+        trie = root >= 0 ? root : -2;
+      }
       mode = kString;
       sub = 0;
       in_key = true;
@@ -211,6 +306,10 @@ bool JsonState::step(uint8_t c) {
     case kAfterValue:
       if (c == ',') {
         mode = top_is_object() ? kKey : kValue;
+        if (schema) {
+          if (top_is_object() && !key_possible()) return fail();  // every allowed key is given
+          if (!top_is_object()) value_node = node(frames[depth - 1].node).items;
+        }
         return true;
       }
       if (c == '}' || c == ']') return close(c == '}') ? true : fail();
@@ -297,7 +396,7 @@ int JsonMasker::allowed(const JsonState& s, std::vector<uint32_t>& mask) const {
       if (e >= 0 && e < vocab_) allow(e);
     return count;
   }
-  if (s.mode == kString && s.sub == 0) {
+  if (s.in_plain_string()) {
     mask = plain_string_;
     count = plain_string_count_;
     for (int32_t id : string_special_) {

@@ -1,7 +1,9 @@
 #pragma once
 // JSON mode (response_format {"type": "json_object"}): the output is constrained, byte by byte,
-// to one JSON object. JsonState is a pushdown automaton over bytes small enough to copy freely
-// (the container stack is a 64-bit mask), so the allowed-token mask of a step is a depth-first
+// to one JSON object; with a compiled JSON Schema (json_schema.h), to a value that schema
+// accepts. JsonState is a pushdown automaton over bytes small enough to copy freely (the
+// container stack is a 64-bit mask, plus a fixed frame array in schema mode), so the
+// allowed-token mask of a step is a depth-first
 // walk over a byte trie of the vocabulary that copies the state at every node and prunes a
 // subtree at the first byte the grammar rejects.
 #include <cstdint>
@@ -13,7 +15,23 @@ namespace rs {
 
 class Tokenizer;
 
+struct JsonSchema;
+
+constexpr int kJsonSchemaMaxDepth = 24;  // containers a structured output may nest
+
 struct JsonState {
+  // Structured outputs: the compiled schema (owned by the request), or none for JSON mode.
+  static JsonState with_schema(const JsonSchema* schema);
+  const JsonSchema* schema = nullptr;
+  struct Frame {
+    uint64_t seen = 0;  // object: properties already given
+    int32_t node = 0;   // the container's schema node
+  };
+  Frame frames[kJsonSchemaMaxDepth];  // schema mode: one per open container
+  int32_t value_node = 0;  // schema node of the value that comes next or is being read
+  int32_t trie = -1;       // key: position in the object's key trie (-2: an extra key); enum: in the literal trie
+  bool int_only = false;   // the number being read must be an integer
+
   uint64_t objects = 0;   // bit d set: the container at depth d is an object (else an array)
   uint8_t depth = 0;      // open containers
   uint8_t mode = 0;       // what the grammar expects next (json_grammar.cpp)
@@ -24,9 +42,13 @@ struct JsonState {
   bool done = false;      // the top-level object is closed: only EOS may follow
   bool failed = false;
 
-  // Feeds one byte; false (and failed) when the byte cannot continue a JSON object.
+  // Feeds one byte; false (and failed) when the byte cannot continue a JSON object (or, with a
+  // schema, a value the schema accepts).
   bool step(uint8_t c);
   bool feed(std::string_view bytes);
+  // Inside a string whose next plain bytes (no quote, backslash or control byte) cannot fail:
+  // any string value, or a key the object does not constrain.
+  bool in_plain_string() const;
 };
 
 constexpr int kJsonMaxDepth = 64;

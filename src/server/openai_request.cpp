@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "engine/json_schema.h"
 #include "server/errors.h"
 #include "server/openai_schema.h"
 #include "tokenizer/tokenizer.h"
@@ -218,10 +219,21 @@ void parse_common(const json& body, const ModelContext& ctx, ParsedRequest& r) {
   if (const json* f = field(body, "response_format")) {
     if (!f->is_object()) bad("response_format", "'response_format' must be an object");
     auto t = f->find("type");
-    if (t == f->end() || !t->is_string() || (*t != "text" && *t != "json_object"))
-      bad("response_format", "response_format type must be \"text\" or \"json_object\" (json_schema needs a "
-                             "schema compiler this server does not have)");
-    g.json_object = *t == "json_object";
+    if (t == f->end() || !t->is_string() || (*t != "text" && *t != "json_object" && *t != "json_schema"))
+      bad("response_format", "response_format type must be \"text\", \"json_object\" or \"json_schema\"");
+    g.json_object = *t != "text";
+    if (*t == "json_schema") {
+      auto js = f->find("json_schema");
+      if (js == f->end() || !js->is_object())
+        bad("response_format", "response_format type \"json_schema\" needs a \"json_schema\" object");
+      auto sc = js->find("schema");
+      if (sc == js->end()) bad("response_format", "response_format.json_schema needs a \"schema\"");
+      try {
+        g.json_schema = JsonSchema::compile(*sc);
+      } catch (const Error& e) {
+        bad("response_format", std::string("response_format.json_schema.schema: ") + e.what());
+      }
+    }
   }
   g.min_tokens = int(get_int(body, "min_tokens", 0, std::numeric_limits<int32_t>::max()).value_or(0));
   if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(),

@@ -14,6 +14,8 @@
 
 #include "backend/backend.h"
 #include "common/error.h"
+#include "tokenizer/tokenizer.h"
+#include "unit/engine_test_util.h"
 
 namespace rs::testing {
 
@@ -168,5 +170,20 @@ class FakeBackend : public Backend {
   std::vector<std::string> violations_;
   std::vector<int32_t> script_;
 };
+
+// One greedy choice from a model that "wants" to write `script` (the fake backend puts its tokens
+// first, in order), for guided-decoding tests: what the grammar lets through of it.
+inline ChoiceResult run_scripted(const Tokenizer& tok, const std::string& script, GenerationRequest r) {
+  auto b = std::make_unique<FakeBackend>(tok.vocab_size(), 64);
+  b->set_script(tok.encode(script, false));
+  EngineConfig cfg;
+  cfg.max_model_len = 512;
+  auto engine = Engine::create(std::move(b), &tok, cfg);
+  r.prompt = tok.encode("Answer in JSON.", false);
+  r.sampling.temperature = 0;
+  auto c = collect(*engine->submit(r));
+  engine->shutdown(std::chrono::milliseconds(0));
+  return c.choices[0];
+}
 
 }  // namespace rs::testing

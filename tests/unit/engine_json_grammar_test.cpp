@@ -87,19 +87,10 @@ TEST_CASE("json mask over the DeepSeek-V3 vocabulary: a token is allowed iff its
 TEST_CASE("json mode through the engine: a scripted object ends the choice when it closes; any script stays JSON") {
   auto tok = Tokenizer::from_json(embedded_tokenizer_json(), embedded_tokenizer_config_json());
   auto run = [&](const std::string& script, int max_tokens) {
-    auto b = std::make_unique<testing::FakeBackend>(tok->vocab_size(), 64);
-    b->set_script(tok->encode(script, false));
-    EngineConfig cfg;
-    cfg.max_model_len = 512;
-    auto engine = Engine::create(std::move(b), tok.get(), cfg);
     GenerationRequest r;
-    r.prompt = tok->encode("Answer in JSON.", false);
-    r.sampling.temperature = 0;
     r.max_tokens = max_tokens;
     r.json_object = true;
-    auto c = testing::collect(*engine->submit(r));
-    engine->shutdown(std::chrono::milliseconds(0));
-    return c.choices[0];
+    return testing::run_scripted(*tok, script, r);
   };
   // The model "wants" to write an object and then keep talking: the choice ends at the brace.
   auto c = run("{\"city\": \"Paris\", \"temp\": [21.5, -3]} and more text", 64);

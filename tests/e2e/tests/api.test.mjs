@@ -193,6 +193,29 @@ test('response_format json_object: the output is JSON; pushed towards "}", it is
   else assert.equal(s.finish, 'length');
 });
 
+test('response_format json_schema: whatever the random model wants, the reply is a document the schema accepts', async () => {
+  const schema = {
+    type: 'object',
+    properties: { answer: { enum: ['yes', 'no'] }, ok: { type: 'boolean' }, n: { type: ['boolean', 'null'] } },
+    required: ['answer', 'ok'],
+    additionalProperties: false,
+  };
+  for (const seed of [1, 2, 3]) {
+    const r = await c.chat.completions.create({
+      model: MODEL, messages: chatMsg('Reply in JSON'), max_tokens: 300, temperature: 1, seed,
+      response_format: { type: 'json_schema', json_schema: { name: 'reply', schema, strict: true } },
+    });
+    const text = r.choices[0].message.content;
+    // The schema allows finitely many documents (whitespace runs are capped), so it must end.
+    assert.equal(r.choices[0].finish_reason, 'stop', text);
+    const j = JSON.parse(text);
+    assert.ok(['yes', 'no'].includes(j.answer), text);
+    assert.equal(typeof j.ok, 'boolean', text);
+    assert.ok(j.n === undefined || j.n === null || typeof j.n === 'boolean', text);
+    assert.deepEqual(Object.keys(j).filter((k) => !['answer', 'ok', 'n'].includes(k)), [], text);
+  }
+});
+
 test('n = 2 returns two choices; with a seed they are reproducible', async () => {
   const req = { model: MODEL, prompt: 'Numbers:', max_tokens: 5, temperature: 1, seed: 7, n: 2, ignore_eos: true };
   const a = await c.completions.create(req);
