@@ -20,6 +20,7 @@ namespace rs {
 class Backend;
 class Tokenizer;
 struct JsonSchema;
+struct JsonWrapped;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
@@ -28,6 +29,7 @@ struct GenerationRequest {
   int min_tokens = 0;                      // EOS and stop tokens banned, stop strings unchecked, before this many
   bool json_object = false;                // JSON mode: the output is constrained to one JSON object
   std::shared_ptr<const JsonSchema> json_schema;  // with json_object: ... to a value this schema accepts
+  std::shared_ptr<const JsonWrapped> json_wrapped;  // with json_object: ... to a prefix, a value, a suffix (forced tool call)
   int n = 1;                               // choices sharing the prompt's KV
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;

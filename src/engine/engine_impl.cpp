@@ -271,7 +271,9 @@ void EngineImpl::admit(std::unique_ptr<Request> r) {
     s->sampling.seed = choice_seed(g.sampling.seed, c);
     if (g.min_tokens > 0) s->sampling_min = with_stop_tokens_banned(s->sampling, g, eos_ids_);
     if (tok_) s->decoder.emplace(*tok_, g.skip_special_tokens);
-    if (g.json_object) s->json.emplace(JsonState::with_schema(g.json_schema.get()));
+    if (g.json_object)
+      s->json.emplace(g.json_wrapped ? JsonState::with_wrapper(g.json_wrapped.get())
+                                     : JsonState::with_schema(g.json_schema.get()));
     s->stop = StopChecker(g.stop, g.include_stop_str_in_output);
     s->awaiting_fork = share_prompt && c == 0;
     r->seqs.push_back(std::move(s));

@@ -44,6 +44,12 @@ JsonState JsonState::with_schema(const JsonSchema* schema) {
   return s;
 }
 
+JsonState JsonState::with_wrapper(const JsonWrapped* w) {
+  JsonState s;
+  s.wrapped = w;
+  return s;
+}
+
 bool JsonState::in_plain_string() const {
   return mode == kString && sub == 0 && !(in_key && schema && trie != -2);
 }
@@ -55,6 +61,39 @@ bool JsonState::feed(std::string_view bytes) {
 }
 
 bool JsonState::step(uint8_t c) {
+  if (failed) return false;
+  if (wrapped && wrap_phase != 1) {
+    if (wrap_phase == 0) {  // the prefix: along the trie to the leaf that names the alternative
+      const int32_t t = wrapped->prefixes[size_t(wrap_pos)].child[c];
+      if (t < 0) return failed = true, false;
+      wrap_pos = t;
+      const int32_t alt = wrapped->prefixes[size_t(t)].terminal;
+      if (alt >= 0) {
+        const JsonWrapped* w = wrapped;
+        *this = with_schema(w->schemas[size_t(alt)].get());
+        wrapped = w;
+        wrap_phase = 1;
+      }
+      return true;
+    }
+    if (done || size_t(wrap_pos) >= wrapped->suffix.size() || c != uint8_t(wrapped->suffix[size_t(wrap_pos)]))
+      return failed = true, false;
+    done = size_t(++wrap_pos) == wrapped->suffix.size();
+    return true;
+  }
+  if (wrapped && !step_value(c)) return false;
+  if (wrapped) {
+    if (done) {  // the value is complete: the suffix follows
+      done = wrapped->suffix.empty();
+      wrap_phase = 2;
+      wrap_pos = 0;
+    }
+    return true;
+  }
+  return step_value(c);
+}
+
+bool JsonState::step_value(uint8_t c) {
   if (failed) return false;
   auto fail = [&] {
     failed = true;
@@ -247,7 +286,7 @@ bool JsonState::step(uint8_t c) {
       // The byte ends the number (numbers only appear inside containers): read it as what follows.
       if (!number_complete(sub)) return fail();
       value_done();
-      return step(c);
+      return step_value(c);
     case kLiteral:
       if (c != static_cast<uint8_t>(kLiterals[literal][sub])) return fail();
       if (++sub == kLiterals[literal].size()) value_done();
@@ -262,7 +301,7 @@ bool JsonState::step(uint8_t c) {
       // A literal that is a prefix of another (1 and 12) ends at the byte that is neither.
       if (schema->tries[size_t(trie)].terminal < 0) return fail();
       value_done();
-      return step(c);
+      return step_value(c);
     }
     case kDone:
       return fail();

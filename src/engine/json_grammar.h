@@ -16,13 +16,19 @@ namespace rs {
 class Tokenizer;
 
 struct JsonSchema;
+struct JsonWrapped;
 
 constexpr int kJsonSchemaMaxDepth = 24;  // containers a structured output may nest
 
 struct JsonState {
   // Structured outputs: the compiled schema (owned by the request), or none for JSON mode.
   static JsonState with_schema(const JsonSchema* schema);
+  // A wrapped value (json_schema.h JsonWrapped): prefix, the value, suffix; done after the suffix.
+  static JsonState with_wrapper(const JsonWrapped* wrapped);
   const JsonSchema* schema = nullptr;
+  const JsonWrapped* wrapped = nullptr;
+  uint8_t wrap_phase = 0;  // 0: in the prefix trie, 1: the value, 2: the suffix
+  int32_t wrap_pos = 0;    // prefix trie node, or suffix bytes matched
   struct Frame {
     uint64_t seen = 0;  // object: properties already given
     int32_t node = 0;   // the container's schema node
@@ -46,6 +52,7 @@ struct JsonState {
   // schema, a value the schema accepts).
   bool step(uint8_t c);
   bool feed(std::string_view bytes);
+  bool step_value(uint8_t c);  // the JSON value itself (step() adds a wrapper's prefix and suffix)
   // Inside a string whose next plain bytes (no quote, backslash or control byte) cannot fail:
   // any string value, or a key the object does not constrain.
   bool in_plain_string() const;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <set>
+#include <string_view>
 
 #include "common/error.h"
 
@@ -17,6 +18,27 @@ const std::set<std::string> kAnnotations = {"title", "description", "default", "
                                             "$defs", "definitions", "nullable"};
 const std::set<std::string> kEnforced = {"type", "properties", "required", "additionalProperties", "items",
                                          "enum", "const", "anyOf", "$ref"};
+
+// Adds `bytes` below node `root` of `t` (creating nodes), marking `bit` on the way; returns the
+// last node.
+int32_t trie_insert(std::vector<JsonSchema::TrieNode>& t, int32_t root, std::string_view bytes, uint64_t bit) {
+  int32_t n = root;
+  t[size_t(n)].below |= bit;
+  for (unsigned char c : bytes) {
+    int32_t next = t[size_t(n)].child[c];
+    if (next < 0) {
+      JsonSchema::TrieNode fresh;
+      fresh.child.fill(-1);
+      t.push_back(fresh);
+      next = int32_t(t.size() - 1);
+      t[size_t(n)].child[c] = next;
+      t[size_t(n)].has_child = true;
+    }
+    n = next;
+    t[size_t(n)].below |= bit;
+  }
+  return n;
+}
 
 class Compiler {
  public:
@@ -52,21 +74,8 @@ class Compiler {
     out_->tries.push_back(t);
     return int32_t(out_->tries.size() - 1);
   }
-  // Adds `bytes` below `root`; returns the last node.
   int32_t trie_add(int32_t root, const std::string& bytes, uint64_t prop_bit) {
-    int32_t t = root;
-    out_->tries[size_t(t)].below |= prop_bit;
-    for (unsigned char c : bytes) {
-      int32_t next = out_->tries[size_t(t)].child[c];
-      if (next < 0) {
-        next = new_trie_node();
-        out_->tries[size_t(t)].child[c] = next;
-        out_->tries[size_t(t)].has_child = true;
-      }
-      t = next;
-      out_->tries[size_t(t)].below |= prop_bit;
-    }
-    return t;
+    return trie_insert(out_->tries, root, bytes, prop_bit);
   }
 
   const json& resolve(const std::string& ref, const std::string& path) {
@@ -221,6 +230,29 @@ class Compiler {
 
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const nlohmann::json& schema) {
   return Compiler(schema).run();
+}
+
+std::shared_ptr<const JsonWrapped> JsonWrapped::make(
+    const std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>>& alternatives, std::string suffix) {
+  auto w = std::make_shared<JsonWrapped>();
+  w->prefixes.emplace_back().child.fill(-1);
+  for (const auto& [prefix, schema] : alternatives) {
+    if (prefix.empty() || !schema) throw Error("wrapped json: an empty prefix or no schema");
+    // A terminal on the way (an earlier prefix ends inside this one) or children under this
+    // one's end (it ends inside an earlier one) would make the alternative ambiguous.
+    const int32_t end = trie_insert(w->prefixes, 0, prefix, 0);
+    bool clash = w->prefixes[size_t(end)].has_child || w->prefixes[size_t(end)].terminal >= 0;
+    int32_t t = 0;
+    for (size_t i = 0; i + 1 < prefix.size() && !clash; ++i) {
+      t = w->prefixes[size_t(t)].child[static_cast<unsigned char>(prefix[i])];
+      clash = w->prefixes[size_t(t)].terminal >= 0;
+    }
+    if (clash) throw Error("wrapped json: a prefix is the start of another");
+    w->prefixes[size_t(end)].terminal = int32_t(w->schemas.size());
+    w->schemas.push_back(schema);
+  }
+  w->suffix = std::move(suffix);
+  return w;
 }
 
 }  // namespace rs

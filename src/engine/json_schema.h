@@ -47,4 +47,17 @@ struct JsonSchema {
   int32_t trie_child(int32_t t, uint8_t b) const { return t < 0 ? -1 : tries[size_t(t)].child[b]; }
 };
 
+// One of several literal prefixes, then a JSON value the schema that prefix selects accepts, then
+// a literal suffix: how a forced tool call is written (the server builds it from the model's
+// tool-call syntax, one alternative per allowed function, its parameters as the schema).
+struct JsonWrapped {
+  std::vector<JsonSchema::TrieNode> prefixes;  // node 0 the root; a leaf's terminal = alternative
+  std::vector<std::shared_ptr<const JsonSchema>> schemas;  // per alternative (object or array at the top)
+  std::string suffix;
+
+  // No prefix may be a proper prefix of another (throws rs::Error).
+  static std::shared_ptr<const JsonWrapped> make(
+      const std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>>& alternatives, std::string suffix);
+};
+
 }  // namespace rs

@@ -10,6 +10,7 @@
 #include "engine/json_schema.h"
 #include "server/errors.h"
 #include "server/openai_schema.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rs::server {
@@ -154,9 +155,35 @@ void parse_logit_bias(const json& body, SamplingParams& s, const ModelContext& c
   }
 }
 
+// tool_choice "required" / named: the output is held to one call (of any tool / of that one) in
+// the model's tool-call syntax, its arguments to the function's parameters schema.
+void force_tool_call(const json& tools, const std::string& only, ParsedRequest& r) {
+  if (r.gen.json_object)
+    bad("tool_choice", "tool_choice \"required\" or a named function cannot be combined with response_format");
+  std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> alts;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& fn = tools[i]["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (!only.empty() && name != only) continue;
+    const json params = fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"]
+                                                                                  : json{{"type", "object"}};
+    try {
+      alts.emplace_back(forced_call_prefix(name), JsonSchema::compile(params));
+    } catch (const Error& e) {
+      const std::string p = "tools[" + std::to_string(i) + "].function.parameters";
+      bad(p, "'" + p + "' cannot be enforced: " + e.what());
+    }
+  }
+  if (alts.empty()) bad("tool_choice", "tool_choice names function '" + only + "', which is not among 'tools'");
+  try {
+    r.gen.json_wrapped = JsonWrapped::make(alts, forced_call_suffix());
+  } catch (const Error& e) {
+    bad("tools", std::string("'tools': ") + e.what());  // two tools of the same name
+  }
+  r.gen.json_object = true;
+}
+
 // OpenAI's tools and tool_choice. Returns the tools for the chat template (null: none).
-// tool_choice "required" or a named function would need guided decoding to force the call,
-// which this server does not have: refused rather than silently treated as "auto".
 json parse_tools(const json& body, ParsedRequest& r) {
   const json* f = field(body, "tools");
   if (f && !f->is_array()) bad("tools", std::string("'tools' must be an array, got ") + type_name(*f));
@@ -192,12 +219,18 @@ json parse_tools(const json& body, ParsedRequest& r) {
       bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
     }
     if (choice != "none" && !have) bad("tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
-    if (choice == "required" || choice == "named")
-      bad("tool_choice", "tool_choice \"required\" or a named function needs guided decoding, which this server "
-                         "does not have; use \"auto\"");
+    if (choice == "named") {
+      auto fn = c->find("function");
+      if (!c->contains("type") || (*c)["type"] != "function" || fn == c->end() || !fn->is_object() ||
+          !fn->contains("name") || !(*fn)["name"].is_string())
+        bad("tool_choice", "a named tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      force_tool_call(*f, (*fn)["name"].get<std::string>(), r);
+    } else if (choice == "required") {
+      force_tool_call(*f, "", r);
+    }
   }
   r.parallel_tool_calls = get_bool(body, "parallel_tool_calls", true);
-  r.parse_tool_calls = have && choice == "auto";
+  r.parse_tool_calls = have && choice != "none";
   return have ? *f : json(nullptr);
 }
 

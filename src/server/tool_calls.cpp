@@ -6,6 +6,7 @@ namespace {
 constexpr std::string_view kCallsBegin = "<｜tool▁calls▁begin｜>";
 constexpr std::string_view kCallBegin = "<｜tool▁call▁begin｜>";
 constexpr std::string_view kCallEnd = "<｜tool▁call▁end｜>";
+constexpr std::string_view kCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kSep = "<｜tool▁sep｜>";
 constexpr std::string_view kJsonOpen = "```json\n";
 constexpr std::string_view kJsonClose = "\n```";
@@ -31,6 +32,18 @@ std::optional<ToolCall> parse_one(std::string_view body) {
 }
 
 }  // namespace
+
+std::string forced_call_prefix(std::string_view name) {
+  std::string s;
+  s.append(kCallsBegin).append(kCallBegin).append("function").append(kSep).append(name).append("\n").append(kJsonOpen);
+  return s;
+}
+
+std::string forced_call_suffix() {
+  std::string s;
+  s.append(kJsonClose).append(kCallEnd).append(kCallsEnd);
+  return s;
+}
 
 ToolCallOutput parse_tool_calls(std::string_view text) {
   ToolCallOutput out;

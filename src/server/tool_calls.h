@@ -23,6 +23,11 @@ struct ToolCallOutput {
   std::vector<ToolCall> calls;  // empty: no well-formed call; then content is the whole text
 };
 
+// A forced call (tool_choice "required" or a named function) in this syntax: the text up to the
+// arguments of a call of `name`, and the text after them that closes the call section.
+std::string forced_call_prefix(std::string_view name);
+std::string forced_call_suffix();
+
 // The whole generated text -> content and calls. Text that starts a call section but holds no
 // well-formed call is returned unchanged as content (vLLM does the same).
 ToolCallOutput parse_tool_calls(std::string_view text);

@@ -52,6 +52,25 @@ bool prefix_ok(const JsonSchema& s, const std::string& doc) {
   return st.feed(doc);
 }
 
+// The masker's bitmask for `st` against feeding every token's bytes to a copy of `st`.
+void check_mask_is_brute_force(const JsonMasker& masker, const Tokenizer& tok, const JsonState& st,
+                               const std::string& label) {
+  std::vector<uint32_t> mask;
+  const int n = masker.allowed(st, mask);
+  CHECK(n > 0);
+  int count = 0, wrong = 0;
+  for (int32_t id = 0; id < tok.vocab_size() && wrong < 5; ++id) {
+    JsonState s2 = st;
+    const std::string b = tok.token_bytes(id);
+    const bool want = !tok.is_special(id) && !b.empty() && s2.feed(b);
+    const bool got = (mask[size_t(id) / 32] >> (id % 32) & 1u) != 0;
+    CHECK_MESSAGE(got == want, label << " token " << id << " '" << b << "'");
+    wrong += got != want;
+    count += want;
+  }
+  CHECK(count == n);
+}
+
 std::string compile_error(const std::string& schema) {
   try {
     JsonSchema::compile(json::parse(schema));
@@ -151,20 +170,41 @@ TEST_CASE("json schema mask over the DeepSeek-V3 vocabulary equals brute force")
                                    "{\"name\": \"x\\"}) {
     JsonState st = JsonState::with_schema(s.get());
     REQUIRE(st.feed(prefix));
-    const int n = masker.allowed(st, mask);
-    CHECK(n > 0);
-    int count = 0, wrong = 0;
-    for (int32_t id = 0; id < V && wrong < 5; ++id) {
-      JsonState s2 = st;
-      const std::string b = tok->token_bytes(id);
-      const bool want = !tok->is_special(id) && !b.empty() && s2.feed(b);
-      const bool got = (mask[size_t(id) / 32] >> (id % 32) & 1u) != 0;
-      CHECK_MESSAGE(got == want, "prefix '" << prefix << "' token " << id << " '" << b << "'");
-      wrong += got != want;
-      count += want;
-    }
-    CHECK(count == n);
+    check_mask_is_brute_force(masker, *tok, st, "prefix '" + prefix + "'");
   }
+}
+
+TEST_CASE("wrapped json: one of the prefixes, its alternative's value, the suffix; masks equal brute force") {
+  const auto obj = JsonSchema::compile(json::parse(
+      R"({"type":"object","properties":{"city":{"enum":["Paris","Oslo"]}},"required":["city"],"additionalProperties":false})"));
+  const auto any = JsonSchema::compile(json::parse(R"({"type":"object"})"));
+  const auto w = JsonWrapped::make({{"<call>f\n", obj}, {"<call>g\n", any}}, "\n</call>");
+  auto complete = [&](const std::string& text) {
+    JsonState st = JsonState::with_wrapper(w.get());
+    return st.feed(text) && st.done;
+  };
+  CHECK(complete("<call>f\n{\"city\": \"Oslo\"}\n</call>"));
+  CHECK(complete("<call>g\n{\"x\": [1, 2]}\n</call>"));
+  CHECK_FALSE(complete("<call>f\n{\"x\": 1}\n</call>"));     // f's schema, not g's
+  CHECK_FALSE(complete("<call>h\n{}\n</call>"));              // no such prefix
+  CHECK_FALSE(complete("<call>g\n{} \n</call>"));             // the suffix follows at once
+  CHECK_FALSE(complete("<call>g\n{}\n</call>x"));             // nothing after it
+  CHECK_FALSE(complete("<call>g\n{}\n</cal"));                // not done before the suffix ends
+  CHECK_THROWS_AS(JsonWrapped::make({{"ab", any}, {"abc", any}}, ""), Error);
+  CHECK_THROWS_AS(JsonWrapped::make({{"abc", any}, {"ab", any}}, ""), Error);
+
+  auto tok = Tokenizer::from_json(embedded_tokenizer_json(), embedded_tokenizer_config_json());
+  const int V = tok->vocab_size();
+  JsonMasker masker(*tok, V, tok->eos_ids());
+  std::vector<uint32_t> mask;
+  for (const std::string prefix : {"", "<call>", "<call>f\n{\"ci", "<call>g\n{\"a\": 1}\n</"}) {
+    JsonState st = JsonState::with_wrapper(w.get());
+    REQUIRE(st.feed(prefix));
+    check_mask_is_brute_force(masker, *tok, st, "wrapped prefix '" + prefix + "'");
+  }
+  JsonState done = JsonState::with_wrapper(w.get());
+  REQUIRE(done.feed("<call>g\n{}\n</call>"));
+  CHECK(masker.allowed(done, mask) == int(tok->eos_ids().size()));
 }
 
 TEST_CASE("json schema through the engine: the output follows the schema whatever the model wants") {

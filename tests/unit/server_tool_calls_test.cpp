@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/json_schema.h"
 #include "model/embedded_assets.h"
 #include "server/errors.h"
 #include "server/openai_schema.h"
@@ -139,7 +140,7 @@ TEST_CASE("tool calls: the stream holds back a possible marker and releases what
   CHECK(e2.calls.empty());
 }
 
-TEST_CASE("tools: validated, passed to the chat template; required and named tool_choice refused") {
+TEST_CASE("tools: validated, passed to the chat template; required and named tool_choice force a call") {
   json cfg = json::parse(embedded_tokenizer_config_json());
   cfg["chat_template"] =
       "{% for t in tools %}[{{ t.function.name }}]{% endfor %}{{ messages[0].content }}";
@@ -164,9 +165,27 @@ TEST_CASE("tools: validated, passed to the chat template; required and named too
     }
   };
   body["tool_choice"] = "required";
-  refused(body, "tool_choice");
+  ParsedRequest forced = parse_chat_request(body, ctx);
+  CHECK((forced.parse_tool_calls && forced.gen.json_object && forced.gen.json_wrapped));
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  forced = parse_chat_request(body, ctx);
+  REQUIRE(forced.gen.json_wrapped);
+  CHECK(forced.gen.json_wrapped->schemas.size() == 1);
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+  refused(body, "tool_choice");  // not among the tools
+  body["tool_choice"] = {{"type", "function"}};
   refused(body, "tool_choice");
+  body["tool_choice"] = "required";
+  body["response_format"] = {{"type", "json_object"}};
+  refused(body, "tool_choice");  // two grammars for one output
+  body.erase("response_format");
+  json strict = weather_tools();
+  strict[0]["function"]["parameters"]["properties"]["city"]["pattern"] = "^[A-Z]";
+  body["tools"] = strict;
+  refused(body, "tools[0].function.parameters");  // a call forced to a schema it cannot be held to
+  body["tool_choice"] = "auto";
+  CHECK(parse_chat_request(body, ctx).parse_tool_calls);  // auto does not enforce the parameters
+  body["tools"] = weather_tools();
   body.erase("tool_choice");
   json bad_name = weather_tools();
   bad_name[0]["function"]["name"] = "get weather!";
@@ -225,6 +244,54 @@ TEST_CASE("tools over HTTP: the scripted call comes back as tool_calls, whole an
   CHECK(j["choices"][0]["message"]["content"].get<std::string>().find(kBegin) != std::string::npos);
   CHECK_FALSE(j["choices"][0]["message"].contains("tool_calls"));
   CHECK(j["choices"][0]["finish_reason"] == "stop");
+}
+
+TEST_CASE("tools over HTTP: tool_choice named or required turns a model that writes prose into a call") {
+  ToolServer srv("I would rather just tell you: it is sunny.");
+  json tools = json::array();
+  for (const char* name : {"get_weather", "get_time"})
+    tools.push_back({{"type", "function"},
+                     {"function",
+                      {{"name", name},
+                       {"parameters",
+                        {{"type", "object"},
+                         {"properties", {{"city", {{"enum", {"Paris", "Oslo"}}}}, {"utc", {{"type", "boolean"}}}}},
+                         {"required", {"city"}},
+                         {"additionalProperties", false}}}}}});
+  for (const json& choice : {json{{"type", "function"}, {"function", {{"name", "get_time"}}}}, json("required")}) {
+    for (bool stream : {false, true}) {
+      json body = chat_body(stream, tools);
+      body["tool_choice"] = choice;
+      auto res = srv.post(body);
+      REQUIRE(res);
+      REQUIRE(res->status == 200);
+      json call;
+      std::string finish, content;
+      if (!stream) {
+        json j = json::parse(res->body);
+        REQUIRE(j["choices"][0]["message"]["tool_calls"].size() == 1);
+        call = j["choices"][0]["message"]["tool_calls"][0];
+        finish = j["choices"][0]["finish_reason"];
+        content = j["choices"][0]["message"]["content"].is_string() ? j["choices"][0]["message"]["content"] : "";
+      } else {
+        for (const json& c : sse_chunks(res->body)) {
+          const json& ch = c["choices"][0];
+          if (ch["delta"].contains("content") && ch["delta"]["content"].is_string())
+            content += ch["delta"]["content"].get<std::string>();
+          if (ch["delta"].contains("tool_calls")) call = ch["delta"]["tool_calls"][0];
+          if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+        }
+      }
+      INFO(choice.dump() << " stream " << stream << " call " << call.dump());
+      CHECK(content.empty());
+      CHECK(finish == "tool_calls");
+      if (choice.is_object()) CHECK(call["function"]["name"] == "get_time");
+      else CHECK((call["function"]["name"] == "get_time" || call["function"]["name"] == "get_weather"));
+      const json args = json::parse(call["function"]["arguments"].get<std::string>());
+      CHECK((args["city"] == "Paris" || args["city"] == "Oslo"));
+      for (auto& [k, v] : args.items()) CHECK((k == "city" || (k == "utc" && v.is_boolean())));
+    }
+  }
 }
 
 TEST_CASE("tools over HTTP: an answer without calls is plain content with finish stop") {

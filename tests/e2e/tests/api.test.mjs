@@ -174,6 +174,28 @@ test('tools are accepted with the official client; a reply without calls is plai
   assert.equal(r2.choices.length, 1);
 });
 
+test('tool_choice named and required: the random model is held to one call whose arguments match the parameters', async () => {
+  const params = {
+    type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] }, celsius: { type: 'boolean' } },
+    required: ['city'], additionalProperties: false,
+  };
+  const tools = ['get_weather', 'get_time'].map((name) => ({ type: 'function', function: { name, parameters: params } }));
+  for (const tool_choice of [{ type: 'function', function: { name: 'get_time' } }, 'required']) {
+    const r = await c.chat.completions.create({
+      model: MODEL, messages: chatMsg('What now?'), tools, tool_choice, max_tokens: 300, temperature: 1, seed: 3,
+    });
+    const ch = r.choices[0];
+    assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(ch));
+    assert.equal(ch.message.tool_calls.length, 1);
+    const call = ch.message.tool_calls[0];
+    if (typeof tool_choice === 'object') assert.equal(call.function.name, 'get_time');
+    else assert.ok(['get_weather', 'get_time'].includes(call.function.name));
+    const args = JSON.parse(call.function.arguments);
+    assert.ok(['Paris', 'Oslo'].includes(args.city), call.function.arguments);
+    assert.ok(args.celsius === undefined || typeof args.celsius === 'boolean');
+  }
+});
+
 test('response_format json_object: the output is JSON; pushed towards "}", it is exactly {}', async () => {
   const close = (await postRaw('/tokenize', { prompt: '}', add_special_tokens: false })).json().tokens;
   assert.equal(close.length, 1);

@@ -58,7 +58,7 @@ test('400: each parameter is type- and range-checked and named', async () => {
     [{ logit_bias: { 5: 101 } }, 'logit_bias'], [{ logit_bias: { x: 1 } }, 'logit_bias'],
     [{ logit_bias: { 99999999: 1 } }, 'logit_bias'], [{ logit_bias: { 5: 1, '05': 2 } }, 'logit_bias'],
     [{ logit_bias: [5] }, 'logit_bias'], [{ logit_bias: { 5: 'a' } }, 'logit_bias'],
-    [{ min_tokens: 3 }, 'min_tokens'], [{ response_format: { type: 'json_schema', json_schema: {} } }, 'response_format'], [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '^x' } } } } } }, 'response_format'], [{ min_tokens: -1 }, 'min_tokens'], [{ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required' }, 'tool_choice'],
+    [{ min_tokens: 3 }, 'min_tokens'], [{ response_format: { type: 'json_schema', json_schema: {} } }, 'response_format'], [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '^x' } } } } } }, 'response_format'], [{ min_tokens: -1 }, 'min_tokens'], [{ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: { type: 'function', function: { name: 'g' } } }, 'tool_choice'],
     [{ tools: [{ type: 'function', function: { name: 'bad name' } }] }, 'tools[0].function.name'], [{ tools: {} }, 'tools'],
   ];
   for (const [extra, param] of cases) {
