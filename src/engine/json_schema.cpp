@@ -21,12 +21,20 @@ const std::set<std::string> kEnforced = {"type", "properties", "required", "addi
 
 // Adds `bytes` below node `root` of `t` (creating nodes), marking `bit` on the way; returns the
 // last node.
+// Bounds on what one request may make the server build: a trie node is 1 KB, and $refs can
+// multiply nodes (a definition used twice per level doubles them with each level).
+constexpr size_t kMaxTrieNodes = 32768;
+constexpr size_t kMaxSchemaNodes = 4096;
+
 int32_t trie_insert(std::vector<JsonSchema::TrieNode>& t, int32_t root, std::string_view bytes, uint64_t bit) {
   int32_t n = root;
   t[size_t(n)].below |= bit;
   for (unsigned char c : bytes) {
     int32_t next = t[size_t(n)].child[c];
     if (next < 0) {
+      if (t.size() >= kMaxTrieNodes)
+        throw Error("json_schema: too large (more than " + std::to_string(kMaxTrieNodes) +
+                    " trie nodes of property names, enum values or call prefixes)");
       JsonSchema::TrieNode fresh;
       fresh.child.fill(-1);
       t.push_back(fresh);
@@ -69,6 +77,8 @@ class Compiler {
   }
 
   int32_t new_trie_node() {
+    if (out_->tries.size() >= kMaxTrieNodes)
+      throw Error("json_schema: too large (more than " + std::to_string(kMaxTrieNodes) + " trie nodes)");
     JsonSchema::TrieNode t;
     t.child.fill(-1);
     out_->tries.push_back(t);
@@ -171,6 +181,8 @@ class Compiler {
       if (!a->is_boolean()) bad(path, "additionalProperties must be true or false (a schema for them is not supported)");
       n.extra_keys = a->get<bool>();
     }
+    if (out_->nodes.size() >= kMaxSchemaNodes)
+      bad(path, "the schema expands to more than " + std::to_string(kMaxSchemaNodes) + " nodes ($refs multiply them)");
     const int32_t idx = int32_t(out_->nodes.size());
     out_->nodes.push_back(n);
     // Children after the push: they append nodes (and tries) of their own.

@@ -158,6 +158,17 @@ TEST_CASE("json schema: what cannot be held to is refused, naming the keyword") 
             .find("anyOf") != std::string::npos);
   CHECK(compile_error(R"({"type":"object","properties":{"a":{"type":"strin"}}})").find("strin") != std::string::npos);
   CHECK(compile_error(R"({"type":"object","properties":{"a\"b":{}}})").find("escaping") != std::string::npos);
+  // What a request may make the server build is bounded: $refs that double with every level, and
+  // a huge enum, are refused instead of exhausting memory.
+  std::string defs = R"({"type":"object","properties":{"a":{"$ref":"#/$defs/D0"}},"$defs":{)";
+  for (int i = 0; i < 14; ++i)  // 14 levels stay under the depth limit; 2^14 nodes do not fit
+    defs += "\"D" + std::to_string(i) + R"(":{"type":"object","properties":{"x":{"$ref":"#/$defs/D)" +
+            std::to_string(i + 1) + R"("},"y":{"$ref":"#/$defs/D)" + std::to_string(i + 1) + "\"}}},";
+  defs += R"("D14":{"type":"string"}}})";
+  CHECK(compile_error(defs).find("more than") != std::string::npos);
+  json big = {{"type", "object"}, {"properties", {{"e", {{"enum", json::array()}}}}}};
+  for (int i = 0; i < 40000; ++i) big["properties"]["e"]["enum"].push_back("value number " + std::to_string(i));
+  CHECK(compile_error(big.dump()).find("too large") != std::string::npos);
 }
 
 TEST_CASE("json schema mask over the DeepSeek-V3 vocabulary equals brute force") {
