@@ -117,7 +117,7 @@ int resident_blocks_per_sm(Kernel k) {
 }
 
 template <bool kFp8, int RPW, int MT, int U, bool kPdl, class OutT>
-void gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
+bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
   void (*kernel)(DenseGemvParams) = gemv_dense_kernel<kFp8, RPW, MT, U, kPdl, OutT>;
   static const int per_sm_plain = resident_blocks_per_sm(kernel);
   int per_sm = per_sm_plain;
@@ -126,15 +126,16 @@ void gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
       kernel = gemv_norm_dense_kernel<kFp8, MT, U, kPdl>;
       static const int per_sm_norm = resident_blocks_per_sm(kernel);
       per_sm = per_sm_norm;
-      static unsigned* counter[64] = {};
+      // Per host thread: ranks launch from their own threads, so a shared cache would race.
+      thread_local unsigned* counter[64] = {};
       int dev = 0;
-      if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return;  // surfaces at the caller's check
+      if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
       if (!counter[dev] && cudaGetSymbolAddress(reinterpret_cast<void**>(&counter[dev]), g_gemv_norm_counter) != cudaSuccess)
-        return;
+        return false;
       p.norm_counter = counter[dev];
     }
   }
-  if (p.norm_residual && !p.norm_counter) return;  // no norm variant for this shape (the caller checks)
+  if (p.norm_residual && !p.norm_counter) return false;  // no norm variant for this shape
   int64_t groups = 0;
   for (int j = 0; j < p.jobs; ++j) p.group_end[j] = groups += (p.w[j].rows + RPW - 1) / RPW;
   const int64_t nchunks = p.w[0].cols / (kFp8 ? 16 : 8);
@@ -155,21 +156,22 @@ void gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
   }
   p.ks = ks;
   launch_pdl(kernel, dim3(grid), dim3(kGemvThreads), 0, s, p);
+  return true;
 }
 
 template <bool kFp8, int RPW, bool kPdl, class OutT>
-void gemv_dense_launch(DenseGemvParams& p, int sm_count, cudaStream_t s) {
+bool gemv_dense_launch(DenseGemvParams& p, int sm_count, cudaStream_t s) {
   constexpr int U = kFp8 ? 4 : 8;  // 16-byte chunks per lane per row: a whole 2048-wide row
-  if (p.m <= 1) gemv_dense_launch_mt<kFp8, RPW, 1, U, kPdl, OutT>(p, sm_count, s);
-  else if (p.m <= 2) gemv_dense_launch_mt<kFp8, RPW, 2, U, kPdl, OutT>(p, sm_count, s);
-  else if (p.m <= 4) gemv_dense_launch_mt<kFp8, RPW, 4, U, kPdl, OutT>(p, sm_count, s);
-  else gemv_dense_launch_mt<kFp8, RPW, 8, U, kPdl, OutT>(p, sm_count, s);
+  if (p.m <= 1) return gemv_dense_launch_mt<kFp8, RPW, 1, U, kPdl, OutT>(p, sm_count, s);
+  if (p.m <= 2) return gemv_dense_launch_mt<kFp8, RPW, 2, U, kPdl, OutT>(p, sm_count, s);
+  if (p.m <= 4) return gemv_dense_launch_mt<kFp8, RPW, 4, U, kPdl, OutT>(p, sm_count, s);
+  return gemv_dense_launch_mt<kFp8, RPW, 8, U, kPdl, OutT>(p, sm_count, s);
 }
 
 template <bool kFp8, int RPW, class OutT>
-void gemv_dense_pdl(DenseGemvParams& p, int sm_count, cudaStream_t s) {
-  if (matmul_pdl()) gemv_dense_launch<kFp8, RPW, true, OutT>(p, sm_count, s);
-  else gemv_dense_launch<kFp8, RPW, false, OutT>(p, sm_count, s);
+bool gemv_dense_pdl(DenseGemvParams& p, int sm_count, cudaStream_t s) {
+  return matmul_pdl() ? gemv_dense_launch<kFp8, RPW, true, OutT>(p, sm_count, s)
+                      : gemv_dense_launch<kFp8, RPW, false, OutT>(p, sm_count, s);
 }
 
 template <bool kFp8, int BN>
@@ -243,8 +245,8 @@ bool gemv_ab(const char* token) {
   return false;
 }
 
-void launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t s) {
-  if (p.jobs <= 0 || p.jobs > kMaxGemvJobs || p.m <= 0) return;
+bool launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t s) {
+  if (p.jobs <= 0 || p.jobs > kMaxGemvJobs || p.m <= 0) return false;
   // Two rows per warp doubles the loads in flight, but only pays when there are enough rows
   // to give every SM several warps. FP8 rows are half the bytes, so FP8 pairs rows from half as
   // many rows on.
@@ -253,19 +255,17 @@ void launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t s) {
   for (int j = 0; j < p.jobs; ++j) rows += p.w[j].rows;
   const bool two_rows = !p.norm_residual && rows >= int64_t(sm_count) * kGemvWarps * 2 * (fp8 ? 1 : 2);
   if (p.out_fp32) {  // bf16 weights only (the lm_head and router weights); see matmul_launch.h
-    if (fp8) return;
-    if (two_rows) gemv_dense_pdl<false, 2, float>(p, sm_count, s);
-    else gemv_dense_pdl<false, 1, float>(p, sm_count, s);
-  } else if (fp8) {
-    if (two_rows) gemv_dense_pdl<true, 2, __nv_bfloat16>(p, sm_count, s);
-    else gemv_dense_pdl<true, 1, __nv_bfloat16>(p, sm_count, s);
-  } else {
-    if (two_rows) gemv_dense_pdl<false, 2, __nv_bfloat16>(p, sm_count, s);
-    else gemv_dense_pdl<false, 1, __nv_bfloat16>(p, sm_count, s);
+    if (fp8) return false;
+    return two_rows ? gemv_dense_pdl<false, 2, float>(p, sm_count, s) : gemv_dense_pdl<false, 1, float>(p, sm_count, s);
   }
+  if (fp8)
+    return two_rows ? gemv_dense_pdl<true, 2, __nv_bfloat16>(p, sm_count, s)
+                    : gemv_dense_pdl<true, 1, __nv_bfloat16>(p, sm_count, s);
+  return two_rows ? gemv_dense_pdl<false, 2, __nv_bfloat16>(p, sm_count, s)
+                  : gemv_dense_pdl<false, 1, __nv_bfloat16>(p, sm_count, s);
 }
 
-void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
+bool launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
                        __nv_bfloat16* y, int sm_count, cudaStream_t s) {
   DenseGemvParams p;
   p.w[0] = w;
@@ -273,7 +273,7 @@ void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, 
   p.jobs = 1;
   p.x = x;
   p.m = m;
-  launch_gemv_dense_jobs(p, sm_count, s);
+  return launch_gemv_dense_jobs(p, sm_count, s);
 }
 
 bool gemv_tc_ok(const rs::cuda::DeviceMatrix& w) {

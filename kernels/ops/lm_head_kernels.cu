@@ -59,8 +59,8 @@ void launch_lm_head(const LmHeadParams& p, cudaStream_t stream) {
     g.x_rows = p.rows;
     g.m = p.n;
     g.out_fp32 = true;
-    kern::launch_gemv_dense_jobs(g, sm_count(), stream);
-    return;
+    if (kern::launch_gemv_dense_jobs(g, sm_count(), stream)) return;
+    // Not launched (cannot happen for checked bf16 inputs): the warp-per-row kernel below.
   }
   // Few vocab rows (the router: 64 experts = 8 blocks across) get 8-token chunks over grid.y so
   // the grid still fills the GPU; a wide vocab keeps 32-token chunks (fewer passes over the weights).

@@ -95,12 +95,14 @@ struct ExpertGemmParams {
 };
 
 // Dense, m <= kGemvMaxTokens, vector path (cols % chunk == 0, 16-byte aligned rows).
-void launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
+// Returns false, launching nothing, where the call is outside what the kernels take (the caller
+// turns that into an error).
+bool launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,
                        __nv_bfloat16* y, int sm_count, cudaStream_t stream);
 // The same CUDA-core GEMV over several jobs (DenseGemvParams): any m (token tiles of up to 8,
-// looped), vector path only, out_fp32 with bf16 weights only (both checked by the caller: the
-// launcher launches nothing otherwise). (gemv room, additive)
-void launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t stream);
+// looped), vector path only, out_fp32 with bf16 weights only; false (nothing launched) otherwise
+// or when the norm prologue's counter cannot be found. (gemv room, additive)
+bool launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t stream);
 // A/B switches of the dense GEMV, read once from RS_GEMV_AB (comma-separated tokens) so one
 // binary can time the variants of whole forward steps side by side: "oldgrid" (the earlier
 // split / grid rule), "nogroup" (no grouped q_proj + kv_a launch), "oldlmhead" (the earlier

@@ -335,7 +335,7 @@ void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16*
   }
   if (m <= kern::gemv_max_tokens()) {
     if (gemv_takes_tensor_cores(w, m)) kern::launch_gemv_tc(w, x, m, y, sms, stream);
-    else kern::launch_gemv_dense(w, x, m, y, sms, stream);
+    else if (!kern::launch_gemv_dense(w, x, m, y, sms, stream)) throw Error("linear: the GEMV did not launch for " + describe(w));
     check_launch("linear (gemv)");
     return;
   }
@@ -433,7 +433,9 @@ void linear_group(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* x, int
     p.norm_weight = norm->weight;
     p.norm_eps = norm->eps;
   }
-  kern::launch_gemv_dense_jobs(p, sm_count(), stream);
+  if (!kern::launch_gemv_dense_jobs(p, sm_count(), stream))
+    throw Error(std::string("linear_group: the grouped GEMV did not launch (") + (fold ? "with" : "without") +
+                " the norm prologue)");
   check_launch(fold ? "linear_group (add + rmsnorm + grouped gemv)" : "linear_group (grouped gemv)");
 }
 
