@@ -61,36 +61,37 @@ bool JsonState::feed(std::string_view bytes) {
 }
 
 bool JsonState::step(uint8_t c) {
+  if (!wrapped) return step_value(c);
   if (failed) return false;
-  if (wrapped && wrap_phase != 1) {
-    if (wrap_phase == 0) {  // the prefix: along the trie to the leaf that names the alternative
-      const int32_t t = wrapped->prefixes[size_t(wrap_pos)].child[c];
-      if (t < 0) return failed = true, false;
-      wrap_pos = t;
-      const int32_t alt = wrapped->prefixes[size_t(t)].terminal;
-      if (alt >= 0) {
-        const JsonWrapped* w = wrapped;
-        *this = with_schema(w->schemas[size_t(alt)].get());
-        wrapped = w;
-        wrap_phase = 1;
-      }
-      return true;
-    }
-    if (done || size_t(wrap_pos) >= wrapped->suffix.size() || c != uint8_t(wrapped->suffix[size_t(wrap_pos)]))
-      return failed = true, false;
-    done = size_t(++wrap_pos) == wrapped->suffix.size();
-    return true;
-  }
-  if (wrapped && !step_value(c)) return false;
-  if (wrapped) {
-    if (done) {  // the value is complete: the suffix follows
+  if (wrap_phase == 1) {  // the value; once it is complete, the suffix follows
+    if (!step_value(c)) return false;
+    if (done) {
       done = wrapped->suffix.empty();
       wrap_phase = 2;
       wrap_pos = 0;
     }
     return true;
   }
-  return step_value(c);
+  if (wrap_phase == 0) {  // the prefix: along the trie to the leaf that names the alternative
+    wrap_pos = wrapped->prefixes[size_t(wrap_pos)].child[c];
+    if (wrap_pos < 0) {
+      failed = true;
+      return false;
+    }
+    if (const int32_t alt = wrapped->prefixes[size_t(wrap_pos)].terminal; alt >= 0) {
+      const JsonWrapped* w = wrapped;
+      *this = with_schema(w->schemas[size_t(alt)].get());
+      wrapped = w;
+      wrap_phase = 1;
+    }
+    return true;
+  }
+  if (done || c != uint8_t(wrapped->suffix[size_t(wrap_pos)])) {  // the suffix, byte by byte
+    failed = true;
+    return false;
+  }
+  done = size_t(++wrap_pos) == wrapped->suffix.size();
+  return true;
 }
 
 bool JsonState::step_value(uint8_t c) {
@@ -156,7 +157,6 @@ bool JsonState::step_value(uint8_t c) {
                            : ch == 'n' ? JsonSchema::kNull
                                        : 0;
       if (!(n.kinds & need)) return false;
-      int_only = !(n.kinds & JsonSchema::kNumber);
     }
     if (ch == '{') return open(true);
     if (ch == '[') return open(false);
@@ -240,7 +240,8 @@ bool JsonState::step_value(uint8_t c) {
       }
       return true;
     case kNumber:
-      if (int_only && (c == '.' || c == 'e' || c == 'E')) return fail();  // schema: an integer
+      if (schema && (c == '.' || c == 'e' || c == 'E') && !(node(value_node).kinds & JsonSchema::kNumber))
+        return fail();  // schema: an integer
       switch (sub) {
         case kMinus:
           if (!is_digit(c)) return fail();
@@ -317,7 +318,7 @@ bool JsonState::step_value(uint8_t c) {
   spaces = 0;
   switch (mode) {
     case kStart:
-      if (schema) return (c == '{' || c == '[') && begin_value(c) ? true : fail();
+      if (schema) return begin_value(c) ? true : fail();  // the root is an object or an array
       return c == '{' && open(true) ? true : fail();
     case kValueOrEnd:
       if (c == ']') return close(false) ? true : fail();

@@ -36,7 +36,6 @@ struct JsonState {
   Frame frames[kJsonSchemaMaxDepth];  // schema mode: one per open container
   int32_t value_node = 0;  // schema node of the value that comes next or is being read
   int32_t trie = -1;       // key: position in the object's key trie (-2: an extra key); enum: in the literal trie
-  bool int_only = false;   // the number being read must be an integer
 
   uint64_t objects = 0;   // bit d set: the container at depth d is an object (else an array)
   uint8_t depth = 0;      // open containers

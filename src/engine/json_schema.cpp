@@ -19,26 +19,28 @@ const std::set<std::string> kAnnotations = {"title", "description", "default", "
 const std::set<std::string> kEnforced = {"type", "properties", "required", "additionalProperties", "items",
                                          "enum", "const", "anyOf", "$ref"};
 
-// Adds `bytes` below node `root` of `t` (creating nodes), marking `bit` on the way; returns the
-// last node.
 // Bounds on what one request may make the server build: a trie node is 1 KB, and $refs can
 // multiply nodes (a definition used twice per level doubles them with each level).
 constexpr size_t kMaxTrieNodes = 32768;
 constexpr size_t kMaxSchemaNodes = 4096;
 
+int32_t trie_new_node(std::vector<JsonSchema::TrieNode>& t) {
+  if (t.size() >= kMaxTrieNodes)
+    throw Error("json_schema: too large (more than " + std::to_string(kMaxTrieNodes) +
+                " trie nodes of property names, enum values or call prefixes)");
+  t.emplace_back().child.fill(-1);
+  return int32_t(t.size() - 1);
+}
+
+// Adds `bytes` below node `root` of `t` (creating nodes), marking `bit` on the way; returns the
+// last node.
 int32_t trie_insert(std::vector<JsonSchema::TrieNode>& t, int32_t root, std::string_view bytes, uint64_t bit) {
   int32_t n = root;
   t[size_t(n)].below |= bit;
   for (unsigned char c : bytes) {
     int32_t next = t[size_t(n)].child[c];
     if (next < 0) {
-      if (t.size() >= kMaxTrieNodes)
-        throw Error("json_schema: too large (more than " + std::to_string(kMaxTrieNodes) +
-                    " trie nodes of property names, enum values or call prefixes)");
-      JsonSchema::TrieNode fresh;
-      fresh.child.fill(-1);
-      t.push_back(fresh);
-      next = int32_t(t.size() - 1);
+      next = trie_new_node(t);
       t[size_t(n)].child[c] = next;
       t[size_t(n)].has_child = true;
     }
@@ -62,8 +64,7 @@ class Compiler {
     }
     JsonSchema::Node& r = out_->nodes[size_t(out_->root)];
     if (r.kinds == JsonSchema::kAny) r.kinds = JsonSchema::kObject;
-    const uint8_t k = r.kinds;
-    if (out_->nodes[size_t(out_->root)].enum_trie >= 0 || (k & ~(JsonSchema::kObject | JsonSchema::kArray)) != 0)
+    if (r.enum_trie >= 0 || (r.kinds & ~(JsonSchema::kObject | JsonSchema::kArray)) != 0)
       throw Error("json_schema: the top level must be an object or an array (type \"object\" or \"array\")");
     return out_;
   }
@@ -76,17 +77,6 @@ class Compiler {
     throw Error("json_schema: " + path + ": " + what);
   }
 
-  int32_t new_trie_node() {
-    if (out_->tries.size() >= kMaxTrieNodes)
-      throw Error("json_schema: too large (more than " + std::to_string(kMaxTrieNodes) + " trie nodes)");
-    JsonSchema::TrieNode t;
-    t.child.fill(-1);
-    out_->tries.push_back(t);
-    return int32_t(out_->tries.size() - 1);
-  }
-  int32_t trie_add(int32_t root, const std::string& bytes, uint64_t prop_bit) {
-    return trie_insert(out_->tries, root, bytes, prop_bit);
-  }
 
   const json& resolve(const std::string& ref, const std::string& path) {
     for (const char* base : {"#/$defs/", "#/definitions/"}) {
@@ -115,12 +105,12 @@ class Compiler {
   // Literal values of enum / const, compactly serialised, into one trie.
   int32_t literals(const json& values, const std::string& path) {
     if (!values.is_array() || values.empty()) bad(path, "enum must be a non-empty array");
-    const int32_t root = new_trie_node();
+    const int32_t root = trie_new_node(out_->tries);
     for (const json& v : values) {
       if (v.is_object() || v.is_array()) bad(path, "enum / const values must be strings, numbers, booleans or null");
       const std::string text = v.dump();
       if (text.empty()) bad(path, "empty enum value");
-      out_->tries[size_t(trie_add(root, text, 0))].terminal = 0;
+      out_->tries[size_t(trie_insert(out_->tries, root, text, 0))].terminal = 0;
     }
     return root;
   }
@@ -187,13 +177,13 @@ class Compiler {
     out_->nodes.push_back(n);
     // Children after the push: they append nodes (and tries) of their own.
     if (auto p = s.find("properties"); p != s.end()) {
-      const int32_t root = new_trie_node();
+      const int32_t root = trie_new_node(out_->tries);
       out_->nodes[size_t(idx)].key_trie = root;
       size_t i = 0;
       for (auto& [name, sub] : p->items()) {
         const int32_t child = node(sub, path + "/properties/" + name, depth + 1);
         out_->nodes[size_t(idx)].props[i].second = child;
-        const int32_t end = trie_add(root, name, uint64_t(1) << i);
+        const int32_t end = trie_insert(out_->tries, root, name, uint64_t(1) << i);
         out_->tries[size_t(end)].terminal = int32_t(i);
         ++i;
       }
@@ -232,7 +222,7 @@ class Compiler {
     if (idx == 0) return 0;  // any value already includes null
     // Every use of a schema compiles its own node (a $ref included), so widening it is local.
     JsonSchema::Node& n = out_->nodes[size_t(idx)];
-    if (n.enum_trie >= 0 && bare) out_->tries[size_t(trie_add(n.enum_trie, "null", 0))].terminal = 0;
+    if (n.enum_trie >= 0 && bare) out_->tries[size_t(trie_insert(out_->tries, n.enum_trie, "null", 0))].terminal = 0;
     n.kinds |= bare;
     return idx;
   }
@@ -247,7 +237,7 @@ std::shared_ptr<const JsonSchema> JsonSchema::compile(const nlohmann::json& sche
 std::shared_ptr<const JsonWrapped> JsonWrapped::make(
     const std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>>& alternatives, std::string suffix) {
   auto w = std::make_shared<JsonWrapped>();
-  w->prefixes.emplace_back().child.fill(-1);
+  trie_new_node(w->prefixes);
   for (const auto& [prefix, schema] : alternatives) {
     if (prefix.empty() || !schema) throw Error("wrapped json: an empty prefix or no schema");
     // A terminal on the way (an earlier prefix ends inside this one) or children under this

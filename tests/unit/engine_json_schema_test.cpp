@@ -17,6 +17,7 @@
 #include "tokenizer/tokenizer.h"
 #include "unit/engine_fake_backend.h"
 #include "unit/engine_test_util.h"
+#include "unit/json_mask_check.h"
 
 using namespace rs;
 using nlohmann::json;
@@ -50,25 +51,6 @@ bool complete(const JsonSchema& s, const std::string& doc) {
 bool prefix_ok(const JsonSchema& s, const std::string& doc) {
   JsonState st = JsonState::with_schema(&s);
   return st.feed(doc);
-}
-
-// The masker's bitmask for `st` against feeding every token's bytes to a copy of `st`.
-void check_mask_is_brute_force(const JsonMasker& masker, const Tokenizer& tok, const JsonState& st,
-                               const std::string& label) {
-  std::vector<uint32_t> mask;
-  const int n = masker.allowed(st, mask);
-  CHECK(n > 0);
-  int count = 0, wrong = 0;
-  for (int32_t id = 0; id < tok.vocab_size() && wrong < 5; ++id) {
-    JsonState s2 = st;
-    const std::string b = tok.token_bytes(id);
-    const bool want = !tok.is_special(id) && !b.empty() && s2.feed(b);
-    const bool got = (mask[size_t(id) / 32] >> (id % 32) & 1u) != 0;
-    CHECK_MESSAGE(got == want, label << " token " << id << " '" << b << "'");
-    wrong += got != want;
-    count += want;
-  }
-  CHECK(count == n);
 }
 
 std::string compile_error(const std::string& schema) {
@@ -176,12 +158,11 @@ TEST_CASE("json schema mask over the DeepSeek-V3 vocabulary equals brute force")
   const int V = tok->vocab_size();
   JsonMasker masker(*tok, V, tok->eos_ids());
   const auto s = JsonSchema::compile(kPerson);
-  std::vector<uint32_t> mask;
   for (const std::string prefix : {"", "{\"na", "{\"name\": \"x\", \"", "{\"age\": 1, \"color\": \"r", "{\"level\": 1",
                                    "{\"name\": \"x\\"}) {
     JsonState st = JsonState::with_schema(s.get());
     REQUIRE(st.feed(prefix));
-    check_mask_is_brute_force(masker, *tok, st, "prefix '" + prefix + "'");
+    testing::check_mask_is_brute_force(masker, *tok, st, "prefix '" + prefix + "'");
   }
 }
 
@@ -211,7 +192,7 @@ TEST_CASE("wrapped json: one of the prefixes, its alternative's value, the suffi
   for (const std::string prefix : {"", "<call>", "<call>f\n{\"ci", "<call>g\n{\"a\": 1}\n</"}) {
     JsonState st = JsonState::with_wrapper(w.get());
     REQUIRE(st.feed(prefix));
-    check_mask_is_brute_force(masker, *tok, st, "wrapped prefix '" + prefix + "'");
+    testing::check_mask_is_brute_force(masker, *tok, st, "wrapped prefix '" + prefix + "'");
   }
   JsonState done = JsonState::with_wrapper(w.get());
   REQUIRE(done.feed("<call>g\n{}\n</call>"));
