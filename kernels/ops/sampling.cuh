@@ -46,8 +46,12 @@ __device__ __forceinline__ T block_exclusive_scan(T v, T* shared /* [blockDim] *
   return incl - v;
 }
 
-// Highest value, lowest index on ties, over the block.
-__device__ __forceinline__ int block_argmax(float v, int idx, Scratch& s) {
+// Highest value, lowest index on ties, over the block (every thread gets both).
+struct BlockBest {
+  float v;
+  int i;
+};
+__device__ __forceinline__ BlockBest block_argmax(float v, int idx, Scratch& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -62,7 +66,7 @@ __device__ __forceinline__ int block_argmax(float v, int idx, Scratch& s) {
   for (int k = 1; k < nw; ++k)
     if (s.best_v[k] > bv || (s.best_v[k] == bv && s.best_i[k] < bi)) { bv = s.best_v[k]; bi = s.best_i[k]; }
   __syncthreads();
-  return bi;
+  return {bv, bi};
 }
 
 // One segment of one row's raw logits: its max (lowest id on ties; the segment's first id when
@@ -81,9 +85,9 @@ __device__ __forceinline__ void logit_stats_segment(const SamplingParamsDev& p, 
     const float v = raw[i];
     if (v > bv) { bv = v; bi = i; }
   }
-  int arg = block_argmax(bv, bi, S);
-  if (arg == 0x7fffffff) arg = s0;
-  const float mx = block_max(bv, S.f);
+  const BlockBest best = block_argmax(bv, bi, S);
+  const int arg = best.i == 0x7fffffff ? s0 : best.i;
+  const float mx = best.v;
   double sum = 0;
   if (mx != -INFINITY)
     for (int i = s0 + threadIdx.x; i < s1; i += blockDim.x) sum += static_cast<double>(expf(raw[i] - mx));
@@ -102,8 +106,9 @@ __device__ __forceinline__ RowStats combine_logit_stats(const SamplingParamsDev&
   LogitStats mine{0.0, -INFINITY, 0x7fffffff};
   if (threadIdx.x < nseg) mine = st[threadIdx.x];  // nseg <= kLogitStatsMaxSegments <= blockDim.x
   RowStats r;
-  r.argmax = block_argmax(mine.max, mine.argmax, S);
-  r.max = block_max(mine.max, S.f);
+  const BlockBest best = block_argmax(mine.max, mine.argmax, S);
+  r.argmax = best.i;
+  r.max = best.v;
   const double part = mine.max != -INFINITY ? mine.sumexp * exp(static_cast<double>(mine.max) - r.max) : 0.0;
   const double sum = block_total(part, S.d);
   r.lse = r.max + static_cast<float>(log(sum));
@@ -186,7 +191,7 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
     } else {
       for (int i = i0; i < i1; ++i)
         if (w[i] > bv) { bv = w[i]; bi = i; }
-      const int c = block_argmax(bv, bi, S);
+      const int c = block_argmax(bv, bi, S).i;
       if (threadIdx.x == 0) chosen_s = c;
     }
   } else {
@@ -322,7 +327,7 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
       for (int q = 0; q < k; ++q) skip |= taken[q] == i;
       if (!skip && raw[i] > bv) { bv = raw[i]; bi = i; }
     }
-    const int c = block_argmax(bv, bi, S);
+    const int c = block_argmax(bv, bi, S).i;
     if (threadIdx.x == 0) {
       taken[k] = c;
       out->top_ids[k] = c;
