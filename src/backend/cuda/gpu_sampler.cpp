@@ -13,8 +13,9 @@ GpuSampler::~GpuSampler() {
   if (tokens_h_) cudaFreeHost(tokens_h_);
 }
 
-void GpuSampler::enqueue(const float* logits, const std::vector<Request>& reqs, cudaStream_t stream) {
+void GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) {
   const int n = static_cast<int>(reqs.size());
+  n_ = n;
   logprobs_wanted_.assign(n, -1);
   if (n == 0) return;
   if (n > cap_rows_) {
@@ -28,11 +29,11 @@ void GpuSampler::enqueue(const float* logits, const std::vector<Request>& reqs, 
     RS_CUDA(cudaMemset(flags_.get(), 0, per));  // the kernel leaves them zero again
     RS_CUDA(cudaMemset(counts_.get(), 0, per));
     rows_d_.reset(sizeof(SampleRow) * c, "sampler rows");
-    results_d_.reset(sizeof(SampleResult) * c, "sampler results");
     if (rows_h_) cudaFreeHost(rows_h_);
     if (results_h_) cudaFreeHost(results_h_);
     RS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&rows_h_), sizeof(SampleRow) * c));
-    RS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&results_h_), sizeof(SampleResult) * c));
+    RS_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&results_h_), sizeof(SampleResult) * c, cudaHostAllocMapped));
+    RS_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&results_dev_), results_h_, 0));
     cap_rows_ = c;
   }
   static const SamplingParams kGreedy = [] {
@@ -95,6 +96,11 @@ void GpuSampler::enqueue(const float* logits, const std::vector<Request>& reqs, 
     RS_CUDA(cudaMemcpyAsync(tokens_d_.get(), tokens_h_, pool.size() * 4, cudaMemcpyHostToDevice, stream));
   }
   RS_CUDA(cudaMemcpyAsync(rows_d_.get(), rows_h_, sizeof(SampleRow) * n, cudaMemcpyHostToDevice, stream));
+}
+
+void GpuSampler::launch(const float* logits, cudaStream_t stream) {
+  const int n = n_;
+  if (n == 0) return;
   SamplingParamsDev d;
   d.logits = logits;
   d.vocab = vocab_;
@@ -104,11 +110,10 @@ void GpuSampler::enqueue(const float* logits, const std::vector<Request>& reqs, 
   d.work = work_.get<float>();
   d.flags = flags_.get<int32_t>();
   d.counts = counts_.get<int32_t>();
-  d.out = results_d_.get<SampleResult>();
+  d.out = results_dev_;
   d.stats = stats_.get<LogitStats>();
   launch_sampling(d, stream);
   RS_CUDA(cudaGetLastError());
-  RS_CUDA(cudaMemcpyAsync(results_h_, results_d_.get(), sizeof(SampleResult) * n, cudaMemcpyDeviceToHost, stream));
 }
 
 std::vector<SampledToken> GpuSampler::collect() const {

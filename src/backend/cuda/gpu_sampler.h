@@ -19,16 +19,23 @@ class GpuSampler {
   };
   explicit GpuSampler(int vocab);
   ~GpuSampler();
-  // Enqueues sampling of every request on `stream`; results are valid after the stream syncs.
-  void enqueue(const float* logits, const std::vector<Request>& reqs, cudaStream_t stream);
+  // Two halves, so the parameter upload is not on the step's critical path: prepare() packs the
+  // requests and enqueues their upload (call it before the forward pass: it does not depend on
+  // it); launch() enqueues the sampling kernels over the pass's logits. The kernels write their
+  // results straight into mapped pinned host memory, so no copy follows them either; they are
+  // valid once the stream has synchronised.
+  void prepare(const std::vector<Request>& reqs, cudaStream_t stream);
+  void launch(const float* logits, cudaStream_t stream);
   std::vector<SampledToken> collect() const;
 
  private:
   int vocab_;
   int cap_rows_ = 0;
-  DeviceBuffer work_, flags_, counts_, rows_d_, results_d_, tokens_d_, stats_;
+  int n_ = 0;  // requests of the last prepare()
+  DeviceBuffer work_, flags_, counts_, rows_d_, tokens_d_, stats_;
   SampleRow* rows_h_ = nullptr;
-  SampleResult* results_h_ = nullptr;
+  SampleResult* results_h_ = nullptr;  // mapped: the kernel writes it through results_dev_
+  SampleResult* results_dev_ = nullptr;
   int32_t* tokens_h_ = nullptr;
   size_t tokens_cap_ = 0;
   std::vector<int> logprobs_wanted_;
