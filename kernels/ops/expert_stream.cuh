@@ -7,13 +7,14 @@
 // Why: the register-load kernels keep one warp-item of loads in flight per warp, 64-96 KB an SM,
 // which left them latency-bound (ncu: 52-63% of DRAM throughput in bf16, 26-32% in FP8, where
 // halving the bytes of an item barely shortened it). Here one producer lane per block keeps a
-// ring of kExpertStreamStages stages (~128 KB) of weight rows in flight with one instruction per copy,
-// and the consumer warps only read shared memory, so the bytes in flight no longer depend on
-// registers, occupancy or the weight type.
+// ring of kExpertStreamStages stages (~192 KB) of weight rows in flight with one instruction per
+// copy, and the consumer warps only read shared memory, so the bytes in flight no longer depend
+// on registers, occupancy or the weight type.
 //
-// Work: one persistent block per SM; a "unit" is up to R rows of one slot's matrix (gate_up: R
-// rows of gate and the same R rows of up, both contiguous; down: R rows of down, one copy per
-// row because a shared expert's down is a column view with the parent's row stride).
+// Work: one persistent block per SM; a "unit" (one ring stage) is up to R rows of one slot's
+// matrix (gate_up: R rows of gate and the same R rows of up, both contiguous; down: R rows of
+// down, one copy per row because a shared expert's down is a column view with the parent's row
+// stride).
 //   gate_up: units are numbered slot-major over all slots (shared slots first); every block gets
 //            a balanced contiguous share of the shared units and one of the routed units, in that
 //            order, so EVERY block starts with weights known before the routing and issues its
@@ -22,8 +23,12 @@
 //            major (shared slots first, issued before the wait); each (slot, row) dot product is
 //            reduced by one warp, scaled by the routing weight and parked in shared memory; the
 //            block then sums the slots of each row in slot order: deterministic, no atomics.
-// Consumer warp w takes units w, w + W, ...; the ring's full/empty mbarriers order the stage
-// reuse (a stage is released by its one consumer warp).
+// Every consumer warp walks every unit and takes its rows in rotation (row r of unit i: warp
+// (i*R + r) % W), so a stage is released as soon as its rows are reduced, about one row's dot
+// product after it lands. (The first version gave each unit to one warp, round-robin over 16
+// small stages: a stage then stayed held for a whole unit's work by one warp, and the in-graph
+// cost was 1.4-2x the register-load kernels', in proportion to the number of units: see
+// docs/perf/cuda.md, 2026-11-30 06:22 UTC.)
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -33,7 +38,7 @@
 
 namespace rs::kern {
 
-constexpr int kExpertStreamStages = 16;
+constexpr int kExpertStreamStages = 8;
 constexpr int kExpertStreamWarps = 8;
 constexpr int kExpertStreamThreads = (kExpertStreamWarps + 1) * 32;  // + one producer warp
 
@@ -77,7 +82,7 @@ __device__ __forceinline__ void stream_gate_up_op(const ExpertGemvParams& p, con
   const int64_t per_slot = (inter + R - 1) / R;  // units per slot
   const bool producer = warp == kExpertStreamWarps;
 
-  if (threadIdx.x == 0) ring.init(1u);  // one consumer warp releases each stage
+  if (threadIdx.x == 0) ring.init(kExpertStreamWarps);  // every consumer warp releases every stage
   __syncthreads();
   pdl_launch_dependents();
 
@@ -127,57 +132,67 @@ __device__ __forceinline__ void stream_gate_up_op(const ExpertGemvParams& p, con
     __syncwarp();
     return;
   }
-  for (int64_t i = warp; i < total; i += kExpertStreamWarps) {
+  // Every consumer warp walks every unit: it waits for the stage to land (which also orders its
+  // release after the producer's reuse of that stage, see BulkRing), reduces its rows of the
+  // stage, and releases it (one arrival per warp). Rows rotate over the warps from unit to unit
+  // (row r of unit i goes to warp (i * R + r) % W), so a unit of fewer than W rows still spreads
+  // the work over all warps, and a stage is held only for about one row's dot product.
+  for (int64_t i = 0; i < total; ++i) {
     const int64_t u = unit_of(i);
     const int s = static_cast<int>(u / per_slot);
     const int64_t r0 = (u % per_slot) * R;
     const int n = static_cast<int>(min(static_cast<int64_t>(R), inter - r0));
-    const int e = small_slot_expert(p, sr, s);
-    const uint32_t sel = small_slot_tokens(p, sr, s);
-    const __nv_bfloat16* xr[MT];
-#pragma unroll
-    for (int t = 0; t < MT; ++t) xr[t] = (t < p.m && (sel >> t & 1u)) ? p.x + static_cast<int64_t>(t) * hidden : nullptr;
+    const int first = (warp - static_cast<int>((i * R) % kExpertStreamWarps) + kExpertStreamWarps) % kExpertStreamWarps;
     const uint8_t* st = stages + static_cast<int64_t>(ring.stage(static_cast<uint32_t>(i))) * cfg.stage_bytes;
-    WeightRow gs{}, us{};
-    if constexpr (kFp8) {
-      gs = weight_row(expert_matrix(p.experts, e, kPartGate), r0, true);
-      us = weight_row(expert_matrix(p.experts, e, kPartUp), r0, true);
-    }
-    const int bc = kFp8 ? expert_matrix(p.experts, e, kPartGate).block_cols : 1;
-    const int br = kFp8 ? expert_matrix(p.experts, e, kPartGate).block_rows : 1;
-    const int64_t scale_cols = (hidden + bc - 1) / bc;
     ring.wait_full(static_cast<uint32_t>(i));
-    for (int r = 0; r < n; ++r) {
-      const uint4* wg = reinterpret_cast<const uint4*>(st + r * row_bytes);
-      const uint4* wu = reinterpret_cast<const uint4*>(st + (R + r) * row_bytes);
-      // FP8 scales of this row: the scale row of (r0 + r) / block_rows, relative to r0's.
-      const float* gsc = kFp8 ? gs.scale + ((r0 + r) / br - r0 / br) * scale_cols : nullptr;
-      const float* usc = kFp8 ? us.scale + ((r0 + r) / br - r0 / br) * scale_cols : nullptr;
-      float pg[MT], pu[MT];
+    if (first < n) {  // warp-uniform
+      const int e = small_slot_expert(p, sr, s);
+      const uint32_t sel = small_slot_tokens(p, sr, s);
+      const __nv_bfloat16* xr[MT];
 #pragma unroll
-      for (int t = 0; t < MT; ++t) pg[t] = pu[t] = 0.f;
-      const int64_t chunks = row_bytes / 16;
+      for (int t = 0; t < MT; ++t) xr[t] = (t < p.m && (sel >> t & 1u)) ? p.x + static_cast<int64_t>(t) * hidden : nullptr;
+      WeightRow gs{}, us{};
+      int bc = 1, br = 1;
+      if constexpr (kFp8) {
+        const rs::cuda::DeviceMatrix g = expert_matrix(p.experts, e, kPartGate);
+        gs = weight_row(g, r0, true);
+        us = weight_row(expert_matrix(p.experts, e, kPartUp), r0, true);
+        bc = g.block_cols;
+        br = g.block_rows;
+      }
+      const int64_t scale_cols = (hidden + bc - 1) / bc;
+      for (int r = first; r < n; r += kExpertStreamWarps) {
+        const uint4* wg = reinterpret_cast<const uint4*>(st + r * row_bytes);
+        const uint4* wu = reinterpret_cast<const uint4*>(st + (R + r) * row_bytes);
+        // FP8 scales of this row: the scale row of (r0 + r) / block_rows, relative to r0's.
+        const float* gsc = kFp8 ? gs.scale + ((r0 + r) / br - r0 / br) * scale_cols : nullptr;
+        const float* usc = kFp8 ? us.scale + ((r0 + r) / br - r0 / br) * scale_cols : nullptr;
+        float pg[MT], pu[MT];
+#pragma unroll
+        for (int t = 0; t < MT; ++t) pg[t] = pu[t] = 0.f;
+        const int chunks = static_cast<int>(row_bytes / 16);
 #pragma unroll 4
-      for (int64_t c = lane; c < chunks; c += 32) {
-        const uint4 a = wg[c], b = wu[c];
-        float sa = 1.f, sb = 1.f;
-        if constexpr (kFp8) {
-          sa = __ldg(gsc + (c * E) / bc);
-          sb = __ldg(usc + (c * E) / bc);
+        for (int c = lane; c < chunks; c += 32) {
+          const uint4 a = wg[c], b = wu[c];
+          float sa = 1.f, sb = 1.f;
+          if constexpr (kFp8) {
+            sa = __ldg(gsc + (c * E) / bc);
+            sb = __ldg(usc + (c * E) / bc);
+          }
+#pragma unroll
+          for (int t = 0; t < MT; ++t) {
+            if (!xr[t]) continue;  // warp-uniform
+            pg[t] = expert_stream_dot<kFp8>(a, xr[t], c, sa, pg[t]);
+            pu[t] = expert_stream_dot<kFp8>(b, xr[t], c, sb, pu[t]);
+          }
         }
 #pragma unroll
         for (int t = 0; t < MT; ++t) {
-          if (!xr[t]) continue;  // warp-uniform
-          pg[t] = expert_stream_dot<kFp8>(a, xr[t], c, sa, pg[t]);
-          pu[t] = expert_stream_dot<kFp8>(b, xr[t], c, sb, pu[t]);
+          const float g = warp_sum(pg[t]);
+          const float v = warp_sum(pu[t]);
+          if (lane == t && xr[t])
+            p.h[(static_cast<int64_t>(s) * p.m + t) * inter + r0 + r] = __float2bfloat16_rn(silu(g) * v);
         }
-      }
-#pragma unroll
-      for (int t = 0; t < MT; ++t) {
-        const float g = warp_sum(pg[t]);
-        const float u = warp_sum(pu[t]);
-        if (lane == t && xr[t])
-          p.h[(static_cast<int64_t>(s) * p.m + t) * inter + r0 + r] = __float2bfloat16_rn(silu(g) * u);
       }
     }
     __syncwarp();
@@ -199,7 +214,7 @@ __device__ __forceinline__ void stream_down_op(const ExpertGemvParams& p, const 
   const int R = cfg.rows;
   const bool producer = warp == kExpertStreamWarps;
 
-  if (threadIdx.x == 0) ring.init(1u);  // one consumer warp releases each stage
+  if (threadIdx.x == 0) ring.init(kExpertStreamWarps);  // every consumer warp releases every stage
   __syncthreads();
   pdl_launch_dependents();
 
@@ -242,50 +257,56 @@ __device__ __forceinline__ void stream_down_op(const ExpertGemvParams& p, const 
     }
     __syncwarp();
   } else {
-    for (uint32_t i = warp; i < total; i += kExpertStreamWarps) {
+    // As in gate_up: every warp walks every unit, rows rotate over the warps.
+    for (uint32_t i = 0; i < total; ++i) {
       const int s = static_cast<int>(i / per_slot);
       const int lr0 = static_cast<int>(i % per_slot) * R;  // first row, local to the block
       const int n = min(R, nrows - lr0);
-      const int e = small_slot_expert(p, sr, s);
-      const uint32_t sel = small_slot_tokens(p, sr, s);
-      const __nv_bfloat16* hr[MT];
-      float wt[MT];
-#pragma unroll
-      for (int t = 0; t < MT; ++t) {
-        hr[t] = (t < p.m && (sel >> t & 1u)) ? p.h + (static_cast<int64_t>(s) * p.m + t) * inter : nullptr;
-        wt[t] = s < ns ? 1.f : sr.weight[t][s - ns];
-      }
-      WeightRow ds{};
-      int bc = 1, br = 1;
-      if constexpr (kFp8) {
-        const rs::cuda::DeviceMatrix d = expert_matrix(p.experts, e, kPartDown);
-        ds = weight_row(d, row_b + lr0, true);
-        bc = d.block_cols;
-        br = d.block_rows;
-      }
-      const int64_t scale_cols = kFp8 ? (expert_matrix(p.experts, e, kPartDown).cols + bc - 1) / bc : 0;
+      const int first = (warp - static_cast<int>((i * static_cast<uint32_t>(R)) % kExpertStreamWarps) + kExpertStreamWarps) %
+                        kExpertStreamWarps;
       const uint8_t* st = stages + static_cast<int64_t>(ring.stage(i)) * cfg.stage_bytes;
       ring.wait_full(i);
-      for (int r = 0; r < n; ++r) {
-        const uint4* w = reinterpret_cast<const uint4*>(st + r * row_bytes);
-        const int64_t row = row_b + lr0 + r;
-        const float* sc = kFp8 ? ds.scale + (row / br - (row_b + lr0) / br) * scale_cols : nullptr;
-        float acc[MT];
-#pragma unroll
-        for (int t = 0; t < MT; ++t) acc[t] = 0.f;
-        const int64_t chunks = row_bytes / 16;
-#pragma unroll 4
-        for (int64_t c = lane; c < chunks; c += 32) {
-          const uint4 a = w[c];
-          const float sa = kFp8 ? __ldg(sc + (c * E) / bc) : 1.f;
-#pragma unroll
-          for (int t = 0; t < MT; ++t)
-            if (hr[t]) acc[t] = expert_stream_dot<kFp8>(a, hr[t], c, sa, acc[t]);
-        }
+      if (first < n) {  // warp-uniform
+        const int e = small_slot_expert(p, sr, s);
+        const uint32_t sel = small_slot_tokens(p, sr, s);
+        const __nv_bfloat16* hr[MT];
+        float wt[MT];
 #pragma unroll
         for (int t = 0; t < MT; ++t) {
-          const float v = warp_sum(acc[t]);
-          if (lane == 0) part[(static_cast<int64_t>(s) * cfg.rows_cap + lr0 + r) * MT + t] = hr[t] ? wt[t] * v : 0.f;
+          hr[t] = (t < p.m && (sel >> t & 1u)) ? p.h + (static_cast<int64_t>(s) * p.m + t) * inter : nullptr;
+          wt[t] = s < ns ? 1.f : sr.weight[t][s - ns];
+        }
+        WeightRow ds{};
+        int bc = 1, br = 1;
+        int64_t scale_cols = 0;
+        if constexpr (kFp8) {
+          const rs::cuda::DeviceMatrix d = expert_matrix(p.experts, e, kPartDown);
+          ds = weight_row(d, row_b + lr0, true);
+          bc = d.block_cols;
+          br = d.block_rows;
+          scale_cols = (d.cols + bc - 1) / bc;
+        }
+        for (int r = first; r < n; r += kExpertStreamWarps) {
+          const uint4* w = reinterpret_cast<const uint4*>(st + r * row_bytes);
+          const int64_t row = row_b + lr0 + r;
+          const float* sc = kFp8 ? ds.scale + (row / br - (row_b + lr0) / br) * scale_cols : nullptr;
+          float acc[MT];
+#pragma unroll
+          for (int t = 0; t < MT; ++t) acc[t] = 0.f;
+          const int chunks = static_cast<int>(row_bytes / 16);
+#pragma unroll 4
+          for (int c = lane; c < chunks; c += 32) {
+            const uint4 a = w[c];
+            const float sa = kFp8 ? __ldg(sc + (c * E) / bc) : 1.f;
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+              if (hr[t]) acc[t] = expert_stream_dot<kFp8>(a, hr[t], c, sa, acc[t]);
+          }
+#pragma unroll
+          for (int t = 0; t < MT; ++t) {
+            const float v = warp_sum(acc[t]);
+            if (lane == 0) part[(static_cast<int64_t>(s) * cfg.rows_cap + lr0 + r) * MT + t] = hr[t] ? wt[t] * v : 0.f;
+          }
         }
       }
       __syncwarp();

@@ -32,7 +32,7 @@ bool g_expert_decode = expert_decode_default();
 // RS_EXPERT_STREAM=1 starts a process with the bulk-copy streaming few-token kernels
 // (expert_stream.cuh) for m <= 2 instead of the register-load ones; set_expert_stream() switches
 // at run time. Default off: measured slower in the decode graph (docs/perf/cuda.md, 2026-11-30
-// 06:22 UTC). RS_EXPERT_STREAM_KB (ring bytes per SM, default 128 KB) and RS_EXPERT_STREAM_BPS
+// 06:22 UTC). RS_EXPERT_STREAM_KB (ring bytes per SM, default 192 KB) and RS_EXPERT_STREAM_BPS
 // (blocks per SM, default 1) are for A/B runs of the ring's shape.
 int env_int(const char* name, int fallback, int lo, int hi) {
   const char* v = std::getenv(name);
@@ -43,7 +43,7 @@ int env_int(const char* name, int fallback, int lo, int hi) {
   return static_cast<int>(x);
 }
 bool g_expert_stream = env_int("RS_EXPERT_STREAM", 0, 0, 1) != 0;
-const int g_stream_ring_kb = env_int("RS_EXPERT_STREAM_KB", 128, 16, 220);
+const int g_stream_ring_kb = env_int("RS_EXPERT_STREAM_KB", 192, 16, 220);
 const int g_stream_bps = env_int("RS_EXPERT_STREAM_BPS", 1, 1, 4);
 std::atomic<uint64_t> g_stream_launches{0};
 
