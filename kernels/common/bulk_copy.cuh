@@ -63,7 +63,9 @@ __device__ __forceinline__ uint64_t bulk_global_time_ns() {
 // match the copies does not) would otherwise hang the step silently.
 constexpr uint64_t kMbarTimeoutNs = 2000000000ull;  // 2 s: no stage takes more than microseconds
 
-__device__ __noinline__ void mbar_wait_slow(uint64_t* bar, uint32_t parity, const char* site) {
+// static: internal linkage, so that every translation unit including this header may keep its copy
+// (a non-inline __device__ function also gets a host stub, which would be defined twice).
+static __device__ __noinline__ void mbar_wait_slow(uint64_t* bar, uint32_t parity, const char* site) {
   const uint64_t start = bulk_global_time_ns();
   for (uint32_t spin = 1;; ++spin) {
     if (mbar_try_wait(bar, parity)) return;
@@ -104,6 +106,13 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
 //                    mbar_arrive_expect_tx(&full[stage], bytes) and the copies on &full[stage];
 //   consumer, use i: ring_wait_full(i), read the stage, ring_release(i) (every one of the
 //                    `consumers` arrivals given at init).
+// A parity wait cannot tell phase k from phase k + 2: a consumer may wait for use i only once the
+// full phase of use i - S has completed, or the wait returns at once on the older phase. So every
+// consumer must wait its uses of a stage in order and never skip ahead by a whole ring: either
+// every consumer waits for every use (the expert and dense streaming kernels), or uses are dealt
+// round-robin over C consumers with C dividing S (each consumer then owns fixed stages). With C
+// not dividing S (e.g. 4 consumers over 3 stages) a consumer can wait for use i + S before use i
+// has landed, read a stale stage and release it early.
 template <int S>
 struct BulkRing {
   uint64_t full[S];
