@@ -178,19 +178,23 @@ __device__ __forceinline__ uint2 gemv_norm_out4(const float4& v, float inv, cons
 }
 // Returns thread 0's ticket; the caller hands it to gemv_norm_epilogue after the products, so
 // the atomic's round trip overlaps the weight stream instead of delaying its start.
-__device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p, __nv_bfloat16* xs) {
+// `threads`: the first `threads` threads do the arithmetic (256, add_rmsnorm_row's count, so the
+// per-thread partial sums are the same); the others (the weight-streaming GEMV's producer warp)
+// only take part in the barriers and add 0 to the block sum, which leaves it bit-identical.
+__device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p, __nv_bfloat16* xs, int threads) {
   __shared__ float scratch[32];
   const int64_t cols = p.w[0].cols, chunks = cols / 4;
   const float4* wt = reinterpret_cast<const float4*>(p.norm_weight);
+  const int64_t tid = threadIdx.x < threads ? threadIdx.x : chunks;  // idle threads: no chunk
   for (int t = 0; t < p.m; ++t) {
     const int64_t off4 = t * chunks;
     float ss = 0.f;
-    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    for (int64_t c = tid; c < chunks; c += threads) {
       const float4 v = gemv_norm_row_chunk(p, off4, c);
       ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
     const float inv = rsqrtf(rs::cuda::block_sum(ss, scratch) / cols + p.norm_eps);
-    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x)
+    for (int64_t c = tid; c < chunks; c += threads)
       reinterpret_cast<uint2*>(xs)[off4 + c] = gemv_norm_out4(gemv_norm_row_chunk(p, off4, c), inv, wt[c]);
   }
   __syncthreads();  // every read of the old residual is done; xs is complete
@@ -275,7 +279,7 @@ __device__ __forceinline__ void gemv_dense_op(const DenseGemvParams& p,
     pdl_wait();
   }
   [[maybe_unused]] unsigned ticket = 0;
-  if constexpr (kNorm) ticket = gemv_norm_prologue(p, xs);
+  if constexpr (kNorm) ticket = gemv_norm_prologue(p, xs, static_cast<int>(blockDim.x));
   for (int64_t i = i_begin; i < i_end; ++i) {
     const int64_t g = group_of(i);
     const GemvJobView j = gemv_job_of(p, g < groups ? g : groups - 1);

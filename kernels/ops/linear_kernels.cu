@@ -2,12 +2,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
 
 #include "kernels/ops/gemm.cuh"
 #include "kernels/ops/gemv.cuh"
+#include "kernels/ops/gemv_stream.cuh"
 #include "kernels/ops/gemv_tc.cuh"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/matmul_pdl.cuh"
@@ -36,6 +38,14 @@ __global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<1, MT>())
   __shared__ float red[kGemvWarps * MT];
   __shared__ __align__(16) __nv_bfloat16 xs[kGemvNormMaxElems];
   gemv_dense_op<kFp8, 1, MT, U, kPdl, __nv_bfloat16, true>(p, red, xs);
+}
+
+// The weight-streaming GEMV (gemv_stream.cuh): one block per SM, a bulk-copy ring.
+template <bool kFp8, int MT, class OutT, bool kNorm>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+    gemv_stream_kernel(const __grid_constant__ DenseGemvParams p, const __grid_constant__ GemvStreamGeom g) {
+  extern __shared__ __align__(128) uint8_t stream_smem[];
+  gemv_stream_op<kFp8, MT, OutT, kNorm>(p, g, stream_smem);
 }
 
 // The norm prologue's last-block ticket: zero at module load, re-zeroed by every launch's last
@@ -116,6 +126,19 @@ int resident_blocks_per_sm(Kernel k) {
   return n;
 }
 
+// The norm prologue's counter on the current device (per host thread: ranks launch from their
+// own threads, so a shared cache would race); nullptr when it cannot be found.
+unsigned* gemv_norm_counter() {
+  thread_local unsigned* counter[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return nullptr;
+  if (!counter[dev] && cudaGetSymbolAddress(reinterpret_cast<void**>(&counter[dev]), g_gemv_norm_counter) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return counter[dev];
+}
+
 template <bool kFp8, int RPW, int MT, int U, bool kPdl, class OutT>
 bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
   void (*kernel)(DenseGemvParams) = gemv_dense_kernel<kFp8, RPW, MT, U, kPdl, OutT>;
@@ -126,13 +149,8 @@ bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
       kernel = gemv_norm_dense_kernel<kFp8, MT, U, kPdl>;
       static const int per_sm_norm = resident_blocks_per_sm(kernel);
       per_sm = per_sm_norm;
-      // Per host thread: ranks launch from their own threads, so a shared cache would race.
-      thread_local unsigned* counter[64] = {};
-      int dev = 0;
-      if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-      if (!counter[dev] && cudaGetSymbolAddress(reinterpret_cast<void**>(&counter[dev]), g_gemv_norm_counter) != cudaSuccess)
-        return false;
-      p.norm_counter = counter[dev];
+      p.norm_counter = gemv_norm_counter();
+      if (!p.norm_counter) return false;
     }
   }
   if (p.norm_residual && !p.norm_counter) return false;  // no norm variant for this shape
@@ -157,6 +175,90 @@ bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
   p.ks = ks;
   launch_pdl(kernel, dim3(grid), dim3(kGemvThreads), 0, s, p);
   return true;
+}
+
+// ---- The weight-streaming GEMV: shape checks, geometry, launch ------------------------------
+// Largest dynamic shared memory a launch may ask for (ring + x); the attribute is set to it once
+// per instantiation. An H200 SM has 228 KB, a block may take 227 KB.
+constexpr int kStreamMaxSmem = 200 * 1024;
+std::atomic<uint64_t> g_gemv_stream_launches{0};
+
+template <bool kFp8, int MT, class OutT, bool kNorm>
+bool gemv_stream_launch_typed(const DenseGemvParams& p, const GemvStreamGeom& g, int grid, size_t smem,
+                              cudaStream_t s) {
+  void (*kernel)(DenseGemvParams, GemvStreamGeom) = gemv_stream_kernel<kFp8, MT, OutT, kNorm>;
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStreamMaxSmem);
+  if (attr != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  launch_pdl(kernel, dim3(grid), dim3(kStreamThreads), smem, s, p, g);
+  g_gemv_stream_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+template <bool kFp8, class OutT, bool kNorm>
+bool gemv_stream_launch_mt(const DenseGemvParams& p, const GemvStreamGeom& g, int grid, size_t smem,
+                           cudaStream_t s) {
+  return p.m == 1 ? gemv_stream_launch_typed<kFp8, 1, OutT, kNorm>(p, g, grid, smem, s)
+                  : gemv_stream_launch_typed<kFp8, 2, OutT, kNorm>(p, g, grid, smem, s);
+}
+
+bool aligned_to(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+// Launches the streaming GEMV for p, or returns false (nothing launched) where it does not
+// apply: more than 2 tokens, shapes or addresses that are not 16-byte multiples (bulk copies and
+// the 16-byte shared loads need them), FP8 scale blocks a chunk would straddle, x or a ring that
+// does not fit shared memory. The caller then takes the register GEMV.
+bool gemv_stream_launch(DenseGemvParams p, int sm_count, cudaStream_t s) {
+  if (p.m < 1 || p.m > kGemvStreamMaxTokens || p.jobs < 1 || p.jobs > kMaxGemvJobs || sm_count <= 0) return false;
+  const rs::cuda::DeviceMatrix& w0 = p.w[0];
+  const bool fp8 = w0.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
+  if (p.out_fp32 && (fp8 || p.norm_residual)) return false;
+  const int64_t cols = w0.cols, chunk = fp8 ? 16 : 8;
+  if (cols <= 0 || cols % chunk != 0) return false;
+  int64_t rows = 0;
+  for (int j = 0; j < p.jobs; ++j) {
+    const rs::cuda::DeviceMatrix& w = p.w[j];
+    if (w.type != w0.type || w.cols != cols || w.rows <= 0 || !w.data || !aligned_to(w.data, 16) || !p.y[j]) return false;
+    if (fp8 && (!w.scale_inv || w.block_rows <= 0 || w.block_cols <= 0 || w.block_cols % 16 != 0)) return false;
+    p.group_end[j] = rows += w.rows;  // one row a group: cumulative rows
+  }
+  if (p.norm_residual) {
+    if (int64_t(p.m) * cols > kGemvNormMaxElems || cols % 4 != 0) return false;
+    p.norm_counter = gemv_norm_counter();
+    if (!p.norm_counter) return false;
+  } else if (!p.x || !aligned_to(p.x, 16)) {
+    return false;
+  }
+  GemvStreamGeom g;
+  g.total_rows = rows;
+  g.row_bytes = static_cast<uint32_t>(cols * (fp8 ? 1 : 2));
+  const int64_t ring_bytes = int64_t(gemv_stream_ring_kb()) * 1024;
+  const int64_t stage_target = ring_bytes / kStreamStages;
+  const int64_t slot_target = stage_target / kStreamConsumerWarps;
+  if (g.row_bytes <= slot_target) {  // whole rows, 8 or a multiple of 8 of them a stage
+    g.pieces = 1;
+    g.piece_bytes = g.row_bytes;
+    g.rows_per_stage = kStreamConsumerWarps * static_cast<int>(slot_target / g.row_bytes);
+  } else {  // column pieces of 8 rows; a multiple of 512 bytes keeps the 32 lanes' chunks even
+    g.rows_per_stage = kStreamConsumerWarps;
+    g.piece_bytes = static_cast<uint32_t>(std::max<int64_t>(512, slot_target / 512 * 512));
+    g.pieces = static_cast<int>((g.row_bytes + g.piece_bytes - 1) / g.piece_bytes);
+  }
+  g.stage_bytes = static_cast<uint32_t>(g.rows_per_stage) * g.piece_bytes;
+  g.xs_offset = static_cast<uint32_t>(kStreamStages) * g.stage_bytes;
+  const size_t smem = g.xs_offset + size_t(p.m) * cols * 2;
+  if (smem > size_t(kStreamMaxSmem) || g.stage_bytes >= (1u << 20)) return false;  // mbarrier tx-count limit
+  // One block per SM, never more blocks than groups of 8 rows (each block a few rows per warp).
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sm_count, (rows + kStreamConsumerWarps - 1) / kStreamConsumerWarps)));
+  if (p.norm_residual) {
+    return fp8 ? gemv_stream_launch_mt<true, __nv_bfloat16, true>(p, g, grid, smem, s)
+               : gemv_stream_launch_mt<false, __nv_bfloat16, true>(p, g, grid, smem, s);
+  }
+  if (p.out_fp32) return gemv_stream_launch_mt<false, float, false>(p, g, grid, smem, s);
+  return fp8 ? gemv_stream_launch_mt<true, __nv_bfloat16, false>(p, g, grid, smem, s)
+             : gemv_stream_launch_mt<false, __nv_bfloat16, false>(p, g, grid, smem, s);
 }
 
 template <bool kFp8, int RPW, bool kPdl, class OutT>
@@ -245,8 +347,57 @@ bool gemv_ab(const char* token) {
   return false;
 }
 
+namespace {
+// Where the streaming GEMV runs (RS_GEMV_STREAM, read once; set_gemv_stream for tests and A/B):
+// a comma list of "group" (grouped launches, the q/kv + norm one), "dense" (single-matrix
+// linear() calls: o_proj, the dense MLP), "lmhead" (fp32 outputs), "fp8" (FP8 weights too), "m2"
+// (2-token calls too), or "all" / "none" (also "1" / "0"). Default: kGemvStreamDefaultUses.
+unsigned parse_gemv_stream() {
+  const char* v = std::getenv("RS_GEMV_STREAM");
+  if (!v) return kGemvStreamDefaultUses;
+  const std::string s = v;
+  unsigned bits = 0;
+  for (size_t b = 0; b <= s.size();) {
+    const size_t e = std::min(s.find(',', b), s.size());
+    const std::string t = s.substr(b, e - b);
+    if (t == "all" || t == "1") bits |= kGemvStreamAll;
+    else if (t == "group") bits |= kGemvStreamGroup;
+    else if (t == "dense") bits |= kGemvStreamDense;
+    else if (t == "lmhead") bits |= kGemvStreamLmHead;
+    else if (t == "fp8") bits |= kGemvStreamFp8;
+    else if (t == "m2") bits |= kGemvStreamTwoTokens;
+    b = e + 1;
+  }
+  return bits;
+}
+int parse_gemv_stream_ring_kb() {
+  const char* v = std::getenv("RS_GEMV_STREAM_RING_KB");
+  const int kb = v ? std::atoi(v) : kGemvStreamDefaultRingKb;
+  return std::clamp(kb, 8, 192);
+}
+unsigned g_gemv_stream_uses = parse_gemv_stream();
+int g_gemv_stream_ring_kb = parse_gemv_stream_ring_kb();
+}  // namespace
+
+unsigned gemv_stream_uses() { return g_gemv_stream_uses; }
+void set_gemv_stream_uses(unsigned uses) { g_gemv_stream_uses = uses & kGemvStreamAll; }
+int gemv_stream_ring_kb() { return g_gemv_stream_ring_kb; }
+void set_gemv_stream_ring_kb(int kb) { g_gemv_stream_ring_kb = std::clamp(kb, 8, 192); }
+bool gemv_stream_on(unsigned use, int m, bool fp8) {
+  return (g_gemv_stream_uses & use) && (!fp8 || (g_gemv_stream_uses & kGemvStreamFp8)) &&
+         (m == 1 || (m == 2 && (g_gemv_stream_uses & kGemvStreamTwoTokens)));
+}
+
+bool launch_gemv_stream(const DenseGemvParams& p, int sm_count, cudaStream_t s) {
+  return gemv_stream_launch(p, sm_count, s);
+}
+uint64_t gemv_stream_launches() { return g_gemv_stream_launches.load(std::memory_order_relaxed); }
+
 bool launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t s) {
   if (p.jobs <= 0 || p.jobs > kMaxGemvJobs || p.m <= 0) return false;
+  const unsigned use = p.out_fp32 ? kGemvStreamLmHead : (p.jobs > 1 || p.norm_residual) ? kGemvStreamGroup : kGemvStreamDense;
+  if (gemv_stream_on(use, p.m, p.w[0].type == rs::cuda::WeightType::FP8_E4M3_BLOCK) && gemv_stream_launch(p, sm_count, s))
+    return true;
   // Two rows per warp doubles the loads in flight, but only pays when there are enough rows
   // to give every SM several warps. FP8 rows are half the bytes, so FP8 pairs rows from half as
   // many rows on.

@@ -103,6 +103,36 @@ bool launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, 
 // looped), vector path only, out_fp32 with bf16 weights only; false (nothing launched) otherwise
 // or when the norm prologue's counter cannot be found. (gemv room, additive)
 bool launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t stream);
+// The weight-streaming GEMV (gemv_stream.cuh: bulk copies into a shared-memory ring, the first
+// stages issued before griddepcontrol.wait, one block per SM) for 1-2 tokens. launch_gemv_dense
+// and launch_gemv_dense_jobs (and linear(), linear_group()) take it for the uses switched on
+// (RS_GEMV_STREAM, read once: "group", "dense", "lmhead", "fp8", comma-separated, or "all" /
+// "none") and fall back to the register GEMV where its shape or alignment checks fail; FP8
+// weights take it only with "fp8" on, calls of 2 tokens only with "m2" on (not measured in whole
+// steps yet, so off by default). Ring size in KB: RS_GEMV_STREAM_RING_KB.
+// Defaults measured on an H200 (docs/perf/matmul.md, 2026-11-30 06:3x): every bf16 use on (V2-Lite
+// b1 step 2.41-2.44 against 2.47-2.48 ms), FP8 off (its grouped q/kv launch was 9.9 against 7.8 us
+// a layer in the graph: step 2.31 against 2.23 ms), a 128 KB ring (64 KB: 2.66 ms, 32 KB: 3.37 ms).
+// (gemv room, additive)
+constexpr int kGemvStreamMaxTokens = 2;
+constexpr unsigned kGemvStreamGroup = 1, kGemvStreamDense = 2, kGemvStreamLmHead = 4, kGemvStreamFp8 = 8;
+constexpr unsigned kGemvStreamTwoTokens = 16;
+constexpr unsigned kGemvStreamAll = 31;
+constexpr unsigned kGemvStreamDefaultUses = kGemvStreamGroup | kGemvStreamDense | kGemvStreamLmHead;
+constexpr int kGemvStreamDefaultRingKb = 128;
+unsigned gemv_stream_uses();
+void set_gemv_stream_uses(unsigned uses);
+int gemv_stream_ring_kb();
+void set_gemv_stream_ring_kb(int kb);
+// Whether calls of this use (kGemvStream*), weight type and m tokens are meant for the streaming
+// GEMV (linear() then skips the tensor-core GEMV for them).
+bool gemv_stream_on(unsigned use, int m, bool fp8);
+// The streaming GEMV for p (filled as for launch_gemv_dense_jobs) whatever the switches say;
+// false, launching nothing, where its checks fail.
+bool launch_gemv_stream(const DenseGemvParams& p, int sm_count, cudaStream_t stream);
+// Streaming GEMV launches so far in this process (host counter), so tests can tell that the
+// path they meant to exercise really ran.
+uint64_t gemv_stream_launches();
 // A/B switches of the dense GEMV, read once from RS_GEMV_AB (comma-separated tokens) so one
 // binary can time the variants of whole forward steps side by side: "oldgrid" (the earlier
 // split / grid rule), "nogroup" (no grouped q_proj + kv_a launch), "oldlmhead" (the earlier

@@ -802,3 +802,94 @@ TEST_CASE("linear_group with the add + RMSNorm folded in equals the separate ker
   rs::kern::set_gemv_tc(true);
 }
 }
+
+// ---- The weight-streaming GEMV (gemv_stream.cuh) ----------------------------------------------
+// Every use it serves (single matrices, grouped jobs, the norm prologue, fp32 logits), bf16 and
+// FP8, 1 and 2 tokens, odd row counts and rows that do not fill a stage, with a large ring (whole
+// rows in a stage) and a small one (rows cut into column pieces), against the fp64 reference.
+// The launch counter proves each call really took the streaming kernel; with the switch off the
+// same calls must take the register GEMV (counter unchanged) and match too.
+namespace {
+
+struct StreamSwitch {  // restores the process-wide switches whatever happens
+  unsigned uses = rs::kern::gemv_stream_uses();
+  int ring = rs::kern::gemv_stream_ring_kb();
+  ~StreamSwitch() {
+    rs::kern::set_gemv_stream_uses(uses);
+    rs::kern::set_gemv_stream_ring_kb(ring);
+  }
+};
+
+void stream_cases(uint64_t& seed) {
+  for (int m : {1, 2}) {
+    check_linear({WeightType::BF16, 2048, 2048, m}, seed++);             // o_proj
+    check_linear({WeightType::BF16, 577, 2048, m}, seed++);              // odd rows
+    check_linear({WeightType::BF16, 3, 1024, m}, seed++);                // fewer rows than warps
+    check_linear({WeightType::BF16, 2048, 10944, m}, seed++);            // dense down: wide rows
+    check_linear({WeightType::BF16, 130, 72, m}, seed++);                // 144-byte rows
+    check_linear({WeightType::FP8_E4M3_BLOCK, 2048, 2048, m}, seed++);
+    check_linear({WeightType::FP8_E4M3_BLOCK, 700, 1008, m}, seed++);    // partial scale blocks
+    check_linear({WeightType::FP8_E4M3_BLOCK, 1001, 10944, m}, seed++);  // wide, odd rows
+    check_group(WeightType::BF16, {3072 / 4, 576 / 4}, 2048, m, seed++);
+    check_group(WeightType::BF16, {37, 130, 9}, 1024, m, seed++);        // odd job ends inside stages
+    check_group(WeightType::BF16, {96, 40, 7, 300}, 4096, m, seed++);    // four jobs
+    check_group(WeightType::FP8_E4M3_BLOCK, {300, 129}, 1008, m, seed++);
+    check_group(WeightType::FP8_E4M3_BLOCK, {1536, 576}, 2048, m, seed++);
+    check_group_norm(WeightType::BF16, {768, 144}, 2048, m, 3, seed++);
+    check_group_norm(WeightType::FP8_E4M3_BLOCK, {1536, 576}, 2048, m, 2, seed++);
+    check_group_norm(WeightType::BF16, {37, 130}, 1032, m, 1, seed++);  // odd width
+    check_lm_head(m, 5003, 2048, m == 2, seed++);                       // fp32 out, indirect rows
+    check_lm_head(m, 64, 2048, false, seed++);                          // router-sized
+    check_lm_head(m, 9000, 264, true, seed++);
+  }
+}
+constexpr uint64_t kStreamCallsPerRun = 2 * (8 + 5 + 3 * 3 + 3);  // linear, group, norm (3 calls each), lm_head
+
+}  // namespace
+
+TEST_SUITE("gpu.linear") {
+TEST_CASE("streaming GEMV (bulk-copy ring) matches the fp64 reference on every use, 1 and 2 tokens") {
+  if (skip_without_gpu("streaming gemv")) return;
+  StreamSwitch keep;
+  uint64_t seed = 2400;
+  for (int ring_kb : {128, 32, 64}) {
+    rs::kern::set_gemv_stream_uses(rs::kern::kGemvStreamAll);
+    rs::kern::set_gemv_stream_ring_kb(ring_kb);
+    const uint64_t before = rs::kern::gemv_stream_launches();
+    stream_cases(seed);
+    INFO("ring " << ring_kb << " KB");
+    CHECK(rs::kern::gemv_stream_launches() - before == kStreamCallsPerRun);
+  }
+  rs::kern::set_gemv_stream_uses(0);  // the register GEMV on the same calls
+  const uint64_t before = rs::kern::gemv_stream_launches();
+  stream_cases(seed);
+  CHECK(rs::kern::gemv_stream_launches() == before);
+}
+
+TEST_CASE("streaming GEMV falls back where its checks fail") {
+  if (skip_without_gpu("streaming gemv fallback")) return;
+  StreamSwitch keep;
+  rs::kern::set_gemv_stream_uses(rs::kern::kGemvStreamAll);
+  uint64_t seed = 2500;
+  const uint64_t before = rs::kern::gemv_stream_launches();
+  check_linear({WeightType::BF16, 300, 100, 2}, seed++);   // 200-byte rows: scalar path
+  check_linear({WeightType::BF16, 700, 2048, 3}, seed++);  // 3 tokens: register / tensor-core GEMV
+  check_group(WeightType::BF16, {300, 20}, 7168, 4, seed++);
+  CHECK(rs::kern::gemv_stream_launches() == before);
+  // x that is not 16-byte aligned: the DenseGemvParams launcher refuses, nothing launched.
+  Rng rng(seed++);
+  TestMatrix w(WeightType::BF16, 64, 256, rng);
+  DeviceBuf<uint16_t> x(rng.bf16(256 + 8)), y(64);
+  rs::kern::DenseGemvParams p;
+  p.w[0] = w.dm;
+  p.y[0] = y.ptr;
+  p.jobs = 1;
+  p.x = reinterpret_cast<const __nv_bfloat16*>(x.ptr) + 1;
+  p.m = 1;
+  CHECK_FALSE(rs::kern::launch_gemv_stream(p, 132, nullptr));
+  p.x = reinterpret_cast<const __nv_bfloat16*>(x.ptr);
+  p.m = 3;  // beyond the streaming kernel's tokens
+  CHECK_FALSE(rs::kern::launch_gemv_stream(p, 132, nullptr));
+  CHECK(rs::kern::gemv_stream_launches() == before);
+}
+}

@@ -334,6 +334,18 @@ void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16*
     return;
   }
   if (m <= kern::gemv_max_tokens()) {
+    if (kern::gemv_stream_on(kern::kGemvStreamDense, m, w.type == WeightType::FP8_E4M3_BLOCK)) {  // 1-2 tokens: the streaming GEMV first
+      kern::DenseGemvParams p;
+      p.w[0] = w;
+      p.y[0] = y;
+      p.jobs = 1;
+      p.x = x;
+      p.m = m;
+      if (kern::launch_gemv_stream(p, sms, stream)) {
+        check_launch("linear (streaming gemv)");
+        return;
+      }
+    }
     if (gemv_takes_tensor_cores(w, m)) kern::launch_gemv_tc(w, x, m, y, sms, stream);
     else if (!kern::launch_gemv_dense(w, x, m, y, sms, stream)) throw Error("linear: the GEMV did not launch for " + describe(w));
     check_launch("linear (gemv)");
@@ -399,7 +411,8 @@ void linear_group(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* x, int
     const DeviceMatrix& w = jobs[i].w;
     const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
     one_launch = w.type == jobs[0].w.type && vector_path_ok(w, x) &&
-                 (!gemv_takes_tensor_cores(w, m) || (fp8 && !kern::gemv_ab("nofp8group")));
+                 (!gemv_takes_tensor_cores(w, m) || (fp8 && !kern::gemv_ab("nofp8group")) ||
+                  kern::gemv_stream_on(kern::kGemvStreamGroup, m, fp8));
   }
   // The norm as the launch's prologue: its rows must fit the blocks' shared memory, and the
   // residual / deltas take the add_rmsnorm kernel's float4 / 8-byte loads.
