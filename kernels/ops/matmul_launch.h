@@ -110,7 +110,7 @@ bool launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t stream
 // "none") and fall back to the register GEMV where its shape or alignment checks fail; FP8
 // weights take it only with "fp8" on, calls of 2 tokens only with "m2" on (not measured in whole
 // steps yet, so off by default). Ring size in KB: RS_GEMV_STREAM_RING_KB.
-// Defaults measured on an H200 (docs/perf/matmul.md, 2026-11-30 06:3x): every bf16 use on (V2-Lite
+// Defaults measured on an H200 (docs/perf/matmul.md, 2026-11-30 06:29 UTC): every bf16 use on (V2-Lite
 // b1 step 2.41-2.44 against 2.47-2.48 ms), FP8 off (its grouped q/kv launch was 9.9 against 7.8 us
 // a layer in the graph: step 2.31 against 2.23 ms), a 128 KB ring (64 KB: 2.66 ms, 32 KB: 3.37 ms).
 // (gemv room, additive)
