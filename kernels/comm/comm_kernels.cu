@@ -74,6 +74,16 @@ __global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_clust
   lamport_end(p.ws, buffer, p.rows * fused_row_vecs(p.hidden, E::kLanes));
 }
 
+// Decode-sized calls: every CTA computes the row's norm itself (fused_allreduce_rmsnorm_decode_op).
+template <ElemType kType, int kVecs>
+__global__ void __launch_bounds__(kCommMaxThreads) fused_allreduce_rmsnorm_decode_kernel(const __grid_constant__ FusedArNormParams p) {
+  using E = Elem<kType>;
+  const FusedDecodeGamma<E, kVecs> gamma = fused_decode_load_gamma<E, kVecs>(p, blockIdx.x);  // prologue: weights only
+  pdl::wait();
+  pdl::launch_dependents();
+  fused_allreduce_rmsnorm_decode_op<E, kVecs>(p, gamma, blockIdx.x, gridDim.x);
+}
+
 __global__ void arm_kernel(uint4* dst, size_t vecs, uint32_t word) {
   const uint4 s = make_uint4(word, word, word, word);
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < vecs;
@@ -140,6 +150,22 @@ cudaError_t launch_fused_allreduce_rmsnorm_cluster(const FusedArNormParams& p, L
   return kern::launch_with_pdl(k, grid_of(s), block_of(s), cluster, 0, stream, s.pdl, p);
 }
 
+cudaError_t launch_fused_allreduce_rmsnorm_decode(const FusedArNormParams& p, LaunchShape s, cudaStream_t stream) {
+  const uint32_t row_vecs = p.hidden * (p.type == ElemType::bf16 ? 2u : 4u) / kVecBytes;
+  if (s.threads < 32 || s.threads > kCommMaxThreads || s.threads % 32 != 0 || p.chunk_vecs == 0 || p.chunk_vecs % 32 != 0)
+    return cudaErrorInvalidConfiguration;  // the host picks the shape (Comm::all_reduce_residual_rmsnorm)
+  const bool bf16 = p.type == ElemType::bf16;
+  void (*k)(const FusedArNormParams);
+  switch ((row_vecs + s.threads - 1) / s.threads) {  // vectors a thread
+    case 1: k = bf16 ? &fused_allreduce_rmsnorm_decode_kernel<ElemType::bf16, 1> : &fused_allreduce_rmsnorm_decode_kernel<ElemType::fp32, 1>; break;
+    case 2: k = bf16 ? &fused_allreduce_rmsnorm_decode_kernel<ElemType::bf16, 2> : &fused_allreduce_rmsnorm_decode_kernel<ElemType::fp32, 2>; break;
+    case 3:
+    case 4: k = bf16 ? &fused_allreduce_rmsnorm_decode_kernel<ElemType::bf16, 4> : &fused_allreduce_rmsnorm_decode_kernel<ElemType::fp32, 4>; break;
+    default: return cudaErrorInvalidConfiguration;
+  }
+  return kern::launch_with_pdl(k, grid_of(s), block_of(s), 1, 0, stream, s.pdl, p);
+}
+
 cudaError_t preload_comm_kernels() {
   const void* kernels[] = {
       reinterpret_cast<const void*>(&lamport_oneshot_kernel<ElemType::bf16>),
@@ -160,6 +186,12 @@ cudaError_t preload_comm_kernels() {
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 1>),
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 2>),
       reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_whole_row_kernel<ElemType::fp32, 4>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_decode_kernel<ElemType::bf16, 1>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_decode_kernel<ElemType::bf16, 2>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_decode_kernel<ElemType::bf16, 4>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_decode_kernel<ElemType::fp32, 1>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_decode_kernel<ElemType::fp32, 2>),
+      reinterpret_cast<const void*>(&fused_allreduce_rmsnorm_decode_kernel<ElemType::fp32, 4>),
       reinterpret_cast<const void*>(&arm_kernel),
   };
   for (const void* k : kernels) {

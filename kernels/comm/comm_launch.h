@@ -26,6 +26,10 @@ cudaError_t launch_fused_allreduce_rmsnorm_whole_row(const FusedArNormParams& p,
 // shape.ctas), chunks of p.chunk_vecs <= shape.threads x vecs_per_thread (1, 2 or 4) vectors.
 cudaError_t launch_fused_allreduce_rmsnorm_cluster(const FusedArNormParams& p, LaunchShape shape, int vecs_per_thread,
                                                    int cluster, cudaStream_t stream);
+// Decode-sized calls (a few rows): every CTA computes each row's norm from the whole row and
+// writes its chunk of p.chunk_vecs vectors (a multiple of 32); shape.threads (<= 512) x (1, 2 or
+// 4) vectors hold a row.
+cudaError_t launch_fused_allreduce_rmsnorm_decode(const FusedArNormParams& p, LaunchShape shape, cudaStream_t stream);
 // Loads every comm kernel into the current device's context now. With lazy module loading (the
 // CUDA 12+ default) a kernel's first launch may wait for the whole GPU; a rank that first launches
 // while a peer rank on the same GPU already spins in a collective would then deadlock.

@@ -181,6 +181,202 @@ __device__ void fused_allreduce_rmsnorm_whole_row_op(const FusedArNormParams& p,
   }
 }
 
+// ---- decode: a few rows, every CTA computes each row's norm from the whole row ------------
+// The form for decode-sized calls (one row per token, batch 1). A one-CTA row puts the whole
+// epilogue on one SM: its element work (~7 instructions a value) and its 28 KB of output stores
+// through that SM's L1/L2 path; splitting the row over CTAs needs their partial sums of squares
+// combined, a cross-CTA step measured at more than it saves (docs/perf/comm.md). Here the row's
+// peer data, own partial and residual sit in L2, so every CTA reads the *whole* row and computes
+// the same sum of squares itself (the same threads, order and bits in every CTA and on every
+// rank), then normalises and stores only its own column chunk [cta * chunk_vecs, +chunk_vecs):
+// no CTA ever waits for another. Each CTA pushes the chunk it owns and re-arms a share of the
+// previous buffer.
+//
+// Thread t holds vectors t + j * blockDim.x (j < kVecs) of the row; chunk_vecs is a multiple of 32
+// (a warp is wholly in or out of a chunk), set by the host. A CTA whose chunk is empty only
+// re-arms. In-place residual (residual_out == residual) needs chunk_vecs >= the row: another CTA
+// still reading residual could otherwise see a value this CTA already replaced, so the host then
+// gives the whole row to CTA 0.
+//
+// Every load this op depends on is issued at once after griddepcontrol.wait (rotation state,
+// own partial, residual), so the push waits for one memory latency, not two in series; the state
+// advance is stored after the first block barrier (every thread of the CTA has read it by then)
+// so no barrier is added at the end.
+template <class E, int kVecs>
+struct FusedDecodeGamma {
+  float g[kVecs][E::kLanes];  // gamma of the owned vectors, as floats (zero elsewhere)
+};
+
+__device__ __forceinline__ uint32_t fused_decode_chunk_lo(const FusedArNormParams& p, int cta) {
+  return static_cast<uint32_t>(cta) * p.chunk_vecs;
+}
+
+template <class E, int kVecs>
+__device__ __forceinline__ bool fused_decode_owns(const FusedArNormParams& p, int cta, int j) {
+  const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
+  const uint32_t v = threadIdx.x + j * blockDim.x, lo = fused_decode_chunk_lo(p, cta);
+  return v < row_vecs && v >= lo && v - lo < p.chunk_vecs;
+}
+
+// The PDL prologue: gamma is a weight, independent of the previous kernel.
+template <class E, int kVecs>
+__device__ __forceinline__ FusedDecodeGamma<E, kVecs> fused_decode_load_gamma(const FusedArNormParams& p, int cta) {
+  FusedDecodeGamma<E, kVecs> g;
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    const uint4 w = fused_decode_owns<E, kVecs>(p, cta, j)
+                        ? reinterpret_cast<const uint4*>(p.gamma)[threadIdx.x + j * blockDim.x]
+                        : make_uint4(0, 0, 0, 0);
+    E::to_float(w, g.g[j]);
+  }
+  return g;
+}
+
+// Sum over the block, the same bits in every thread: xor butterflies give every lane the same
+// value (each step adds the same two numbers, a + b == b + a), one exchange through shared
+// memory, then the same butterfly over the warp partials in every warp. One barrier; the slot
+// set alternates by `parity`, since a warp may write the next row's partial before a slower warp
+// has read this row's (it cannot be two rows ahead: the next row's barrier lies between).
+__device__ __forceinline__ float fused_block_sum_once(float x, float (*scratch)[32], uint32_t parity) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = (blockDim.x + 31) >> 5;
+  if (lane == 0) scratch[parity][warp] = x;
+  __syncthreads();
+  float y = lane < nwarps ? scratch[parity][lane] : 0.f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
+  return y;
+}
+
+template <class E, int kVecs>
+__device__ void fused_allreduce_rmsnorm_decode_op(const FusedArNormParams& p, const FusedDecodeGamma<E, kVecs>& gamma,
+                                                  int cta, int ctas) {
+  __shared__ float scratch[2][32];
+  const LamportView& ws = p.ws;
+  LamportState* const st = ws.state;
+  const uint32_t row_vecs = fused_row_vecs(p.hidden, E::kLanes);
+  const bool any_owned = fused_decode_chunk_lo(p, cta) < row_vecs;
+  const auto* x = reinterpret_cast<const uint4*>(p.x);
+  const auto* residual = reinterpret_cast<const uint4*>(p.residual);
+
+  // Rotation state, and the first row's own partial and residual, all in flight together.
+  const uint32_t buffer = st->next_buffer[cta];
+  const uint4 dirty4 = *reinterpret_cast<const uint4*>(st->dirty_vecs);  // dirty_vecs[0..2], reported
+  uint4 own[kVecs], res[kVecs];
+  bool active[kVecs];
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    const uint32_t v = threadIdx.x + j * blockDim.x;
+    active[j] = any_owned && v < row_vecs;
+    own[j] = active[j] ? x[v] : make_uint4(0, 0, 0, 0);
+    res[j] = active[j] ? residual[v] : make_uint4(0, 0, 0, 0);
+  }
+  const uint32_t prev = previous_buffer(buffer);
+  const uint32_t dirty = prev == 0 ? dirty4.x : prev == 1 ? dirty4.y : dirty4.z;
+
+  // 1. Push the owned chunk of every row into slot `rank` of every peer, before any wait (so no
+  // wait closes a cycle between CTAs or ranks); row 0's own partial is already in registers.
+  const auto push = [&](uint64_t v, const uint4& data) {
+    const uint4 c = canonical<E>(data);
+    for (int i = 0; i < ws.nranks; ++i) {
+      const int peer = ws.write_order[i];
+      if (peer != ws.rank) st_volatile(ws.region(peer, buffer, ws.rank) + v, c);
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j)
+    if (fused_decode_owns<E, kVecs>(p, cta, j)) push(threadIdx.x + j * blockDim.x, own[j]);
+  for (uint32_t row = 1; row < p.rows; ++row) {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      if (!fused_decode_owns<E, kVecs>(p, cta, j)) continue;
+      const uint64_t v = static_cast<uint64_t>(row) * row_vecs + threadIdx.x + j * blockDim.x;
+      push(v, x[v]);
+    }
+  }
+  // 2. While the pushes travel: re-arm this CTA's share of the previous buffer. Only the peers'
+  // slots: nobody writes a rank's own slot of its own buffer, so it stays armed.
+  {
+    const uint4 s = sentinel_vec<E>();
+    const uint32_t stride = static_cast<uint32_t>(ctas) * blockDim.x;
+    for (int slot = 0; slot < ws.nranks; ++slot) {
+      if (slot == ws.rank) continue;
+      uint4* r = ws.region(ws.rank, prev, static_cast<uint32_t>(slot));
+      for (uint32_t i = static_cast<uint32_t>(cta) * blockDim.x + threadIdx.x; i < dirty; i += stride) r[i] = s;
+    }
+  }
+
+  uint32_t parity = 0;
+  for (uint32_t row = 0; any_owned && row < p.rows; ++row) {  // any_owned is uniform over the CTA
+    const uint64_t row_base = static_cast<uint64_t>(row) * row_vecs;
+    if (row > 0) {
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j)
+        if (active[j]) {
+          own[j] = x[row_base + threadIdx.x + j * blockDim.x];
+          res[j] = residual[row_base + threadIdx.x + j * blockDim.x];
+        }
+    }
+
+    // 3. Poll every peer slot of the whole row and sum in slot order; the own partial is taken
+    // raw: adding a -0.0 among terms that include a canonical peer value gives the same bits as
+    // adding +0.0 (x + -0.0 == x, and -0.0 + y == +0.0 + y for y != -0.0). All of a thread's polls
+    // are in flight together; spinning first on the owned chunk and reading the rest after it
+    // (one spinning CTA a line) measured 0.9 us slower (docs/perf/comm.md).
+    uint32_t vec[kVecs];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) vec[j] = static_cast<uint32_t>(row_base) + threadIdx.x + j * blockDim.x;
+    float acc[kVecs][E::kLanes];
+    reduce_slots_multi<E, kVecs>(ws, buffer, vec, active, own, ws.nranks, ws.rank, "fused all-reduce+rmsnorm (decode)",
+                                 acc);
+
+    // 4. h = round(sum + residual); the norm reads h as rounded. Stores of residual_out go out
+    // now, under the block reduction, for the owned chunk only.
+    float hf[kVecs][E::kLanes];
+    float sumsq = 0.f;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      if (!active[j]) {
+#pragma unroll
+        for (int l = 0; l < E::kLanes; ++l) hf[j][l] = 0.f;
+        continue;
+      }
+      float r[E::kLanes];
+      E::to_float(res[j], r);
+#pragma unroll
+      for (int l = 0; l < E::kLanes; ++l) acc[j][l] += r[l];
+      const uint4 h = E::from_float(acc[j]);
+      E::to_float(h, hf[j]);
+#pragma unroll
+      for (int l = 0; l < E::kLanes; ++l) sumsq += hf[j][l] * hf[j][l];
+      if (fused_decode_owns<E, kVecs>(p, cta, j))
+        reinterpret_cast<uint4*>(p.residual_out)[row_base + threadIdx.x + j * blockDim.x] = h;
+    }
+    const float total = fused_block_sum_once(sumsq, scratch, parity);
+    parity ^= 1u;
+    if (row == 0 && threadIdx.x == 0) {  // past the barrier: every thread has read the state
+      st->next_buffer[cta] = (buffer + 1) % kLamportBuffers;
+      if (cta == 0) st->dirty_vecs[buffer] = p.rows * row_vecs;
+    }
+    const float scale = rsqrtf(total / static_cast<float>(p.hidden) + p.eps);
+
+    // 5. normed = h * scale * gamma, the owned chunk.
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      if (!fused_decode_owns<E, kVecs>(p, cta, j)) continue;
+      float o[E::kLanes];
+#pragma unroll
+      for (int l = 0; l < E::kLanes; ++l) o[l] = hf[j][l] * scale * gamma.g[j][l];
+      reinterpret_cast<uint4*>(p.normed)[row_base + threadIdx.x + j * blockDim.x] = E::from_float(o);
+    }
+  }
+  if (!any_owned) {  // a CTA with no chunk still advances its rotation state
+    __syncthreads();
+    if (threadIdx.x == 0) st->next_buffer[cta] = (buffer + 1) % kLamportBuffers;
+  }
+}
+
 // ---- a row split over a thread block cluster: rows wider than 1024 vectors ---------------
 // Measured on 2x H200 (docs/perf/comm.md, 2026-11-30): for a 7168-wide bf16 row (896 vectors)
 // splitting the row over 4 or 8 CTAs is slower than one CTA (4.24 / 4.43 us vs 3.80 us), with

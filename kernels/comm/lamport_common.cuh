@@ -230,8 +230,9 @@ __device__ __forceinline__ void reduce_slots(const LamportView& ws, uint32_t buf
 // trip. (Waiting for them one after another costs one more L2 round trip per vector: its first
 // poll, issued before the data landed, is stale by the time the thread gets to it.) The
 // addresses come from a functor, which the compiler may recompute rather than hold K 64-bit
-// pointers in registers (holding them spilled in a first version). Used by tray-first; tried
-// for the fused op and removed there (no gain at one row, slower with many rows: docs/perf/comm.md).
+// pointers in registers (holding them spilled in a first version). Used by tray-first and the
+// fused decode op; tried for the whole-row fused op and removed there (no gain at one row, slower
+// with many rows: docs/perf/comm.md).
 template <class E, int K, class Addr>
 __device__ __forceinline__ void wait_ready_all(const LamportView& ws, const char* op, const Addr& addr,
                                                uint4 (&v)[K], uint32_t pending) {
@@ -267,7 +268,7 @@ __device__ __forceinline__ void wait_ready_all(const LamportView& ws, const char
   }
 }
 
-// The sum, in fp32 and in slot order 0..nslots-1, of kV vectors (vec[k], where active[k]) of
+// The sum, in fp32 and in slot order 0..nslots-1, into acc[k], of kV vectors (vec[k], where active[k]) of
 // every slot of `buffer` in this rank's workspace; slot own_slot is this rank's own data own[k]
 // (never polled). All polls of a batch of slots, for every vector, are in flight together and
 // are waited for together (wait_ready_all); the order of the additions per element never
@@ -301,6 +302,7 @@ __device__ __forceinline__ void reduce_slots_multi(const LamportView& ws, uint32
     wait_ready_all<E, kV * kBatch>(ws, op, addr, val, pending);
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
+      if (!active[k]) continue;  // an inactive acc[k] is left as the caller had it
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) {
         float f[E::kLanes];

@@ -38,6 +38,9 @@ struct AllReduceCliOptions {
   int fused_span = 0;
   int fused_max_ctas = 0;  // 0: the comm default
   int fused_decode_ctas = 0;  // 0: the comm default
+  int fused_decode_threads = 0;  // 0: the comm default
+  int fused_decode_rows = 0;     // 0: the comm default
+  bool fused_in_place = false;
 };
 
 // "14K" -> 14336; K, M, G are binary; an optional trailing B.
@@ -145,6 +148,8 @@ void run(const AllReduceCliOptions& o) {
   cfg.fused_span = o.fused_span;
   if (o.fused_max_ctas > 0) cfg.fused_max_ctas = o.fused_max_ctas;
   if (o.fused_decode_ctas > 0) cfg.fused_decode_ctas = o.fused_decode_ctas;
+  if (o.fused_decode_threads > 0) cfg.fused_decode_threads = o.fused_decode_threads;
+  if (o.fused_decode_rows > 0) cfg.fused_decode_rows = static_cast<uint32_t>(o.fused_decode_rows);
   if (o.fused_variant == "auto") cfg.fused_variant = parallel::FusedVariant::automatic;
   else if (o.fused_variant == "whole-row") cfg.fused_variant = parallel::FusedVariant::whole_row;
   else if (o.fused_variant == "cluster") cfg.fused_variant = parallel::FusedVariant::cluster;
@@ -156,6 +161,7 @@ void run(const AllReduceCliOptions& o) {
   bopt.sizes = parse_sizes(o.sizes);
   bopt.dtype = dtype;
   bopt.reps = o.reps;
+  bopt.fused_in_place = o.fused_in_place;
   parallel::Comm comm(topo, cfg);
 
   cudaDeviceProp prop{};
@@ -165,7 +171,8 @@ void run(const AllReduceCliOptions& o) {
               (std::string(parallel::fused_variant_name(cfg.fused_variant)) + "/" + std::to_string(cfg.fused_threads) +
                (cfg.fused_span ? " span " + std::to_string(cfg.fused_span) : std::string()) + " ctas " +
                std::to_string(cfg.fused_max_ctas) + " (rows <= " + std::to_string(cfg.fused_decode_rows) + ": " +
-               std::to_string(cfg.fused_decode_ctas) + ")").c_str(),
+               std::to_string(cfg.fused_decode_ctas) + " x " + std::to_string(cfg.fused_decode_threads) + ")" +
+               (o.fused_in_place ? " in-place" : "")).c_str(),
               topo.num_devices(), prop.name, comm.nccl_status().c_str());
   const auto results = run_allreduce_bench(comm, bopt);
 
@@ -235,7 +242,13 @@ void add_allreduce(CLI::App& bench) {
   cmd->add_option("--fused-threads", opts->fused_threads, "fused cluster kernel: least vectors per row chunk (multiple of 32, 32..512)");
   cmd->add_option("--fused-max-ctas", opts->fused_max_ctas, "fused kernels: grid size cap (0: the default)");
   cmd->add_option("--fused-decode-ctas", opts->fused_decode_ctas,
-                  "fused kernel: grid of decode-sized calls (one row; 0: the default, 4)");
+                  "fused decode kernel: grid (0: the default, 2)");
+  cmd->add_option("--fused-decode-threads", opts->fused_decode_threads,
+                  "fused decode kernel: threads a CTA at most (0: the default, 512)");
+  cmd->add_option("--fused-decode-rows", opts->fused_decode_rows,
+                  "fused op: calls of up to this many rows take the decode kernel (0: the default, 1)");
+  cmd->add_flag("--fused-in-place", opts->fused_in_place,
+                "fused op: residual_out is the residual buffer (in place) instead of a second buffer");
   cmd->add_option("--fused-span", opts->fused_span, "fused cluster kernel: CTAs per row (0: chosen from rows and grid)");
   cmd->add_option("--fused-variant", opts->fused_variant,
                   "fused kernel: auto (whole-row up to 1024 vectors a row, else cluster), whole-row, cluster");

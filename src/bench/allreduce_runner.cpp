@@ -153,6 +153,10 @@ std::vector<ArSizeResult> run_allreduce_bench(const parallel::Comm& comm, const 
               a.x = src;
               a.residual = chained ? res[i % 2].get() : residual.get();
               a.residual_out = chained ? res[(i + 1) % 2].get() : residual_out.get();
+              if (opt.fused_in_place) {  // one residual stream, updated in place
+                a.residual_out = chained ? res[0].get() : residual_out.get();
+                a.residual = a.residual_out;
+              }
               a.normed = chained ? dst : normed.get();
               a.gamma = gamma.get();
               a.rows = res_size.fused_rows; a.hidden = res_size.fused_hidden; a.eps = 1e-6f; a.dtype = opt.dtype;

@@ -45,6 +45,7 @@ struct ArBenchOptions {
   std::vector<uint64_t> sizes;   // bytes
   DType dtype = DType::BF16;
   int reps = 15;                 // timed repetitions; the median is reported
+  bool fused_in_place = false;   // fused op: residual_out = residual (one buffer, updated in place)
 };
 
 // Runs every variant at every size on `comm`'s ranks (one host thread each).

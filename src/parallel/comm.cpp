@@ -60,6 +60,10 @@ Comm::Comm(const Topology& topo, const CommConfig& config) : topo_(topo), config
   if (config.fused_threads < 32 || config.fused_threads > comm::kFusedMaxThreads || config.fused_threads % 32 != 0)
     throw Error("comm config: fused_threads " + std::to_string(config.fused_threads) +
                 " must be a multiple of 32 in 32.." + std::to_string(comm::kFusedMaxThreads));
+  if (config.fused_decode_threads < 32 || config.fused_decode_threads > comm::kFusedMaxThreads ||
+      config.fused_decode_threads % 32 != 0)
+    throw Error("comm config: fused_decode_threads " + std::to_string(config.fused_decode_threads) +
+                " must be a multiple of 32 in 32.." + std::to_string(comm::kFusedMaxThreads));
   enable_peer_access(topo.devices());
   {
     int current = 0;
@@ -235,8 +239,9 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
   if (variant == FusedVariant::automatic)
     variant = row_vecs <= 2u * comm::kFusedMaxThreads ? FusedVariant::whole_row : FusedVariant::cluster;
   const uint64_t row_bytes = static_cast<uint64_t>(a.hidden) * dtype_size(a.dtype);
-  // Decode-sized calls on the small grid (CommConfig::fused_decode_ctas). Every rank makes the
-  // same choice from the same arguments, so each workspace sees the same sequence of calls.
+  // Decode-sized calls take the decode kernel on the small grid (CommConfig::fused_decode_ctas).
+  // Every rank makes the same choice from the same arguments, so each workspace sees the same
+  // sequence of calls.
   const LamportWorkspace& decode_ws = workspace(fused_decode_, a.dtype);
   const bool decode = variant == FusedVariant::whole_row && a.rows <= config_.fused_decode_rows &&
                       a.rows * row_bytes <= decode_ws.region_bytes();
@@ -248,7 +253,21 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
   const uint32_t ctas = static_cast<uint32_t>(ws.ctas());
   int threads = 0, per_thread = 0, cluster = 0;
   uint32_t chunk_vecs = row_vecs;
-  if (variant == FusedVariant::whole_row) {
+  if (decode) {
+    // Every CTA computes the row's norm and writes a chunk (a multiple of 32 vectors). In place
+    // (residual_out overlapping residual), CTA 0 takes the whole row: another CTA could still be
+    // reading a residual value this one has replaced. Ranks may differ here (their pointers do):
+    // the chunks only say which CTA pushes and writes a vector; every rank still pushes, polls,
+    // re-arms and advances the same buffers.
+    const uint32_t pt = std::min<uint32_t>((row_vecs + config_.fused_decode_threads - 1) / config_.fused_decode_threads,
+                                           comm::kFusedMaxVecsPerThread);
+    threads = static_cast<int>(round_up((row_vecs + pt - 1) / pt, 32));
+    const uint64_t bytes = a.rows * row_bytes;
+    const auto* r0 = static_cast<const char*>(a.residual);
+    const auto* r1 = static_cast<const char*>(a.residual_out);
+    const bool in_place = r0 < r1 + bytes && r1 < r0 + bytes;
+    chunk_vecs = static_cast<uint32_t>(round_up(in_place ? row_vecs : (row_vecs + ctas - 1) / ctas, 32));
+  } else if (variant == FusedVariant::whole_row) {
     const uint32_t pt = (row_vecs + comm::kFusedMaxThreads - 1) / comm::kFusedMaxThreads;
     threads = static_cast<int>(round_up((row_vecs + pt - 1) / pt, 32));
   } else {
@@ -291,9 +310,11 @@ void Comm::all_reduce_residual_rmsnorm(int rank, const FusedArNormArgs& a, cudaS
     p.eps = a.eps;
     p.type = type;
     const comm::LaunchShape shape{ws.ctas(), threads, config_.pdl};
-    const cudaError_t err = variant == FusedVariant::whole_row
-                                ? comm::launch_fused_allreduce_rmsnorm_whole_row(p, shape, stream)
-                                : comm::launch_fused_allreduce_rmsnorm_cluster(p, shape, per_thread, cluster, stream);
+    const cudaError_t err =
+        decode ? comm::launch_fused_allreduce_rmsnorm_decode(p, shape, stream)
+        : variant == FusedVariant::whole_row
+            ? comm::launch_fused_allreduce_rmsnorm_whole_row(p, shape, stream)
+            : comm::launch_fused_allreduce_rmsnorm_cluster(p, shape, per_thread, cluster, stream);
     if (err != cudaSuccess) cuda_check(err, "fused all-reduce+rmsnorm launch on rank " + std::to_string(rank));
   }
 }

@@ -52,13 +52,18 @@ struct CommConfig {
   int oneshot_threads = 256;
   int oneshot_max_ctas = 64;
   int fused_max_ctas = 32;
-  // Decode-sized fused calls (rows <= fused_decode_rows, whole-row kernel) run on a second
-  // workspace with this smaller grid. Measured, 7168 bf16 (docs/perf/comm.md, 2026-11-30 04:36 UTC):
-  // one row 3.62-3.70 us on 4 CTAs against 3.79-3.83 on 32, but two rows 4.13-4.22 on 4 CTAs
-  // against 3.93-3.98 on 32 (each of 4 CTAs pushes a quarter of the message before it reduces
-  // its row), hence one row only.
-  int fused_decode_ctas = 4;
+  // Decode-sized fused calls (rows <= fused_decode_rows, rows of up to 1024 vectors) run the decode
+  // kernel on a second workspace with this small grid: every CTA computes each row's norm from the
+  // whole row and writes 1/ctas of it (kernels/comm/fused_allreduce_rmsnorm.cuh). Measured, one
+  // 7168 bf16 row (docs/perf/comm.md, 2026-11-30 06:20 and 06:27 UTC, chained graph): 3.73 us on 1
+  // CTA, 3.30-3.34 on 2, 3.64 on 3, 3.62-3.69 on 4, 3.77-3.79 on 8 (the previous one-CTA-a-row
+  // kernel on 4 CTAs: 3.59-3.66). Two rows on it: 5.26 us against 3.97-4.04 on the 32-CTA grid,
+  // hence one row.
+  int fused_decode_ctas = 2;
   uint32_t fused_decode_rows = 1;
+  // Decode kernel: threads a CTA at most (a row of R vectors takes ceil(R / this) vectors a thread,
+  // at most 4). 1024 threads x 1 vector measured 5.13 us (64 registers, spills): not offered.
+  int fused_decode_threads = 512;
   int fused_threads = 128;                          // cluster: least vectors per row chunk
   FusedVariant fused_variant = FusedVariant::automatic;
   int fused_span = 0;                               // cluster: CTAs per row; 0: chosen per call (rows, grid)

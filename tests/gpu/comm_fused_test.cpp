@@ -72,9 +72,15 @@ TEST_CASE("fused all-reduce + residual + RMSNorm equals the fp64 reference; rank
   // are split over a thread block cluster of up to 8 CTAs. The cluster kernel also runs every
   // shape; span > 0 forces its split, so one cluster walks several rows (its partial slots
   // alternate by row parity); max_ctas shrinks the grid.
-  struct Shape { int tp, trays, max_ctas, span; uint32_t rows, hidden; DType t; bool in_place; };
+  // One-row calls take the decode kernel (every CTA computes the row's norm, each writes a chunk);
+  // decode_ctas / decode_threads / decode_rows (0: default) vary its grid, threads a CTA and the
+  // rows it takes.
+  struct Shape {
+    int tp, trays, max_ctas, span; uint32_t rows, hidden; DType t; bool in_place;
+    int decode_ctas = 0, decode_threads = 0, decode_rows = 0;
+  };
   const Shape shapes[] = {
-      {2, 1, 0, 0, 1, 7168, DType::BF16, false},  // auto: one CTA; cluster: 8 CTAs of 112 vectors
+      {2, 1, 0, 0, 1, 7168, DType::BF16, false},  // auto: the decode kernel; cluster: 8 CTAs of 112 vectors
       {2, 1, 0, 0, 3, 7168, DType::BF16, true},
       {2, 1, 0, 0, 40, 7168, DType::BF16, false},  // more rows than CTAs
       {2, 1, 0, 8, 40, 7168, DType::BF16, false},  // cluster: 4 clusters of 8, 10 rows each
@@ -89,19 +95,44 @@ TEST_CASE("fused all-reduce + residual + RMSNorm equals the fp64 reference; rank
       {2, 1, 2, 0, 3, 7168, DType::BF16, true},
       {2, 1, 1, 0, 2, 16384, DType::BF16, false},  // 1 CTA: 512 threads x 4 vectors, the whole row
       {4, 2, 0, 0, 3, 7168, DType::BF16, false},   {8, 2, 0, 0, 2, 7168, DType::BF16, false},
+      // decode kernel: in place (CTA 0 takes the row), fp32, a row of 2 warps (CTAs past it own
+      // nothing), uneven chunks, grids of 1 to 8, 4 vectors a thread, more than one row, tp 4
+      // and 8
+      {2, 1, 0, 0, 1, 7168, DType::BF16, true},
+      {2, 1, 0, 0, 1, 3584, DType::F32, false},
+      {2, 1, 0, 0, 1, 512, DType::BF16, false, 4},
+      {2, 1, 0, 0, 1, 7176, DType::BF16, false},
+      {2, 1, 0, 0, 1, 7168, DType::BF16, false, 1},
+      {2, 1, 0, 0, 1, 7176, DType::BF16, false, 3},
+      {2, 1, 0, 0, 1, 7168, DType::BF16, false, 4},
+      {2, 1, 0, 0, 1, 7168, DType::BF16, false, 8},
+      {2, 1, 0, 0, 1, 7168, DType::BF16, true, 8},
+      {2, 1, 0, 0, 1, 4096, DType::F32, false, 8},
+      {2, 1, 0, 0, 1, 7168, DType::BF16, false, 2, 256},  // 4 vectors a thread
+      {2, 1, 0, 0, 1, 3584, DType::F32, false, 4},
+      {2, 1, 0, 0, 1, 7168, DType::BF16, true, 4},
+      {2, 1, 0, 0, 2, 7168, DType::BF16, false, 2, 0, 2},
+      {2, 1, 0, 0, 2, 7168, DType::BF16, false, 4, 0, 2},
+      {2, 1, 0, 0, 3, 4096, DType::BF16, true, 4, 0, 4},
+      {4, 2, 0, 0, 1, 7168, DType::BF16, false},   {8, 2, 0, 0, 1, 7168, DType::BF16, true},
+      {8, 2, 0, 0, 1, 7168, DType::BF16, false},
   };
-  std::map<std::tuple<int, int, int, int, parallel::FusedVariant>, std::unique_ptr<Comm>> comms;
+  std::map<std::tuple<int, int, int, int, parallel::FusedVariant, int, int, int>, std::unique_ptr<Comm>> comms;
   uint64_t seed = 9000;
   for (parallel::FusedVariant variant : {parallel::FusedVariant::automatic, parallel::FusedVariant::cluster})
   for (const Shape& sh : shapes) {
     if (sh.span && variant != parallel::FusedVariant::cluster) continue;
-    auto& comm = comms[{sh.tp, sh.trays, sh.max_ctas, sh.span, variant}];
+    auto& comm = comms[{sh.tp, sh.trays, sh.max_ctas, sh.span, variant, sh.decode_ctas, sh.decode_threads,
+                        sh.decode_rows}];
     if (!comm) {
       parallel::CommConfig cfg;
       cfg.enable_nccl = false;  // the fused op never calls NCCL
       cfg.fused_variant = variant;
       cfg.fused_span = sh.span;
       if (sh.max_ctas) cfg.fused_max_ctas = sh.max_ctas;
+      if (sh.decode_ctas) cfg.fused_decode_ctas = sh.decode_ctas;
+      if (sh.decode_threads) cfg.fused_decode_threads = sh.decode_threads;
+      if (sh.decode_rows) cfg.fused_decode_rows = static_cast<uint32_t>(sh.decode_rows);
       comm = std::make_unique<Comm>(Topology::make(sh.tp, sh.trays, gpu_count()), cfg);
     }
     const size_t count = size_t{sh.rows} * sh.hidden;
@@ -142,7 +173,8 @@ TEST_CASE("fused all-reduce + residual + RMSNorm equals the fp64 reference; rank
       }
     }
     INFO(parallel::fused_variant_name(variant) << " tp=" << sh.tp << " max_ctas=" << sh.max_ctas << " span=" << sh.span << " rows=" << sh.rows << " hidden=" << sh.hidden << (sh.t == DType::BF16 ? " bf16" : " fp32")
-               << (sh.in_place ? " in-place" : "") << ": worst residual err " << worst_res << ", worst norm err " << worst_norm);
+               << (sh.in_place ? " in-place" : "") << " decode_ctas=" << sh.decode_ctas << " decode_threads="
+               << sh.decode_threads << " decode_rows=" << sh.decode_rows << ": worst residual err " << worst_res << ", worst norm err " << worst_norm);
     CHECK(bad_res == 0);
     CHECK(bad_norm == 0);
     CHECK(bad_bits == 0);

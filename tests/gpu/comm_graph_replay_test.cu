@@ -82,6 +82,7 @@ struct Step {
   AllReduceAlgo algo;
   uint32_t count;  // elements (fused: rows * 7168)
   bool bf16;
+  bool in_place = false;  // fused: residual_out is the residual buffer
 };
 
 struct ReplayResult {
@@ -119,10 +120,11 @@ ReplayResult replay(const Comm& comm, const std::vector<Step>& steps, int replay
       if (st.kind == Step::fused) {
         generate<<<blocks, 256, 0, s>>>(in.ptr, residual.ptr, st.count, call, rank, st.bf16);
         parallel::FusedArNormArgs a;
-        a.x = in.ptr; a.residual = residual.ptr; a.gamma = gamma.ptr; a.residual_out = residual_out.ptr;
+        a.x = in.ptr; a.residual = residual.ptr; a.gamma = gamma.ptr; a.residual_out = st.in_place ? residual.ptr : residual_out.ptr;
         a.normed = normed.ptr; a.rows = st.count / 7168; a.hidden = 7168; a.dtype = t;
         comm.all_reduce_residual_rmsnorm(rank, a, s);
-        check<<<blocks, 256, 0, s>>>(nullptr, nullptr, residual_out.ptr, st.count, call, topo.size(), topo.size(),
+        check<<<blocks, 256, 0, s>>>(nullptr, nullptr, st.in_place ? residual.ptr : residual_out.ptr, st.count, call,
+                                     topo.size(), topo.size(),
                                      st.bf16, errors);
       } else {
         generate<<<blocks, 256, 0, s>>>(in.ptr, nullptr, st.count, call, rank, st.bf16);
@@ -186,7 +188,8 @@ TEST_CASE("10,000 back-to-back all-reduces in CUDA graphs: every sum right, no r
       {Step::fused, A::automatic, 7168, true}, {Step::pair, A::two_shot, 70000, true},
       {Step::fused, A::automatic, 4 * 7168, true}, {Step::pair, A::two_shot, 8, true},
       {Step::pair, A::automatic, 7168, true}, {Step::fused, A::automatic, 7168, true},
-      {Step::pair, A::two_shot, 1 << 20, false}, {Step::fused, A::automatic, 2 * 7168, true}};
+      {Step::pair, A::two_shot, 1 << 20, false}, {Step::fused, A::automatic, 2 * 7168, true},
+      {Step::fused, A::automatic, 7168, true, true}};
   // Tray-first (two exchanges per call, both rotating through the same three buffers), sizes
   // changing call to call, mixed with one-shot calls on their own workspaces.
   const std::vector<Step> tray = {
@@ -195,23 +198,33 @@ TEST_CASE("10,000 back-to-back all-reduces in CUDA graphs: every sum right, no r
       {Step::pair, A::tray_first, 8, false}, {Step::pair, A::tray_first, 7168, false},
       {Step::pair, A::tray_first, 65536, true}, {Step::pair, A::tray_first, 3, true},
       {Step::pair, A::tray_first, 7168, true}, {Step::pair, A::tray_first, 20000, false}};
-  // The fused steps run the automatic choice (one CTA per 7168-wide bf16 row) and, forced, the
-  // cluster kernel (the row split over a thread block cluster, launched with PDL in the graph).
+  // The fused steps run the automatic choice (one 7168-wide bf16 row: the decode kernel, every CTA
+  // computing the row's norm; more rows: one CTA per row) and, forced, the cluster kernel (the row
+  // split over a thread block cluster, launched with PDL in the graph). decode_ctas / decode_rows
+  // (0: default) vary the decode kernel's grid and the rows it takes.
   using parallel::FusedVariant;
-  struct Shape { int tp, trays, replays; FusedVariant fused; };
+  struct Shape {
+    int tp, trays, replays; FusedVariant fused;
+    int decode_ctas = 0, decode_rows = 0;
+  };
   for (Shape sh : {Shape{2, 1, 500, FusedVariant::automatic}, Shape{2, 1, 500, FusedVariant::cluster},
+                   Shape{2, 1, 300, FusedVariant::automatic, 4, 2}, Shape{2, 1, 300, FusedVariant::automatic, 1},
                    Shape{2, 2, 500, FusedVariant::automatic}, Shape{4, 2, 60, FusedVariant::automatic},
                    Shape{8, 2, 30, FusedVariant::automatic}, Shape{8, 2, 30, FusedVariant::cluster}}) {
     parallel::CommConfig cfg;
     cfg.enable_nccl = false;
     cfg.fused_variant = sh.fused;
+    if (sh.decode_ctas) cfg.fused_decode_ctas = sh.decode_ctas;
+    if (sh.decode_rows) cfg.fused_decode_rows = static_cast<uint32_t>(sh.decode_rows);
+    const bool decode_variant = sh.decode_ctas || sh.decode_rows;
     Comm comm(Topology::make(sh.tp, sh.trays, gpu_count()), cfg);
     for (const auto* steps : {&oneshot, &mixed, &tray}) {
-      if (sh.fused == FusedVariant::cluster && steps != &mixed) continue;  // ran already
+      if ((sh.fused == FusedVariant::cluster || decode_variant) && steps != &mixed) continue;  // ran already
       if (steps == &tray && sh.trays == 1) continue;                  // tray-first needs two trays
       if (sh.tp == 2 && sh.trays == 2 && steps != &tray) continue;    // tp=2 trays=1 ran the others
       const ReplayResult r = replay(comm, *steps, sh.replays);
-      INFO("tp=" << sh.tp << " fused=" << parallel::fused_variant_name(sh.fused) << ": " << sh.replays << " replays x "
+      INFO("tp=" << sh.tp << " fused=" << parallel::fused_variant_name(sh.fused) << " decode_ctas=" << sh.decode_ctas
+                 << " decode_rows=" << sh.decode_rows << ": " << sh.replays << " replays x "
                  << comm_calls(*steps) << " all-reduce calls (" << (steps == &oneshot ? "one-shot" : steps == &tray ? "tray-first" : "fused + two-shot") << ")");
       CHECK(r.calls_seen == static_cast<uint32_t>(sh.replays * steps->size()));
       CHECK(r.errors == 0u);
