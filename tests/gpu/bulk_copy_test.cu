@@ -27,7 +27,7 @@ void ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-constexpr int kStages = 3;
+constexpr int kStages = 4;  // round-robin consumers must divide it (BulkRing's ordering rule)
 
 // Block b streams uses b, b + grid, ...; each use is `vecs` 16-byte vectors. The last warp's
 // lane 0 produces; the other warps consume uses round-robin (one arrival releases a stage).
@@ -68,7 +68,9 @@ __global__ void ring_copy(const uint4* in, uint4* out, uint32_t uses, uint32_t v
 TEST_CASE("bulk-copy ring streams every byte once, in order, through few stages" * doctest::test_suite("gpu.cuda")) {
   if (skip_without_gpu("bulk-copy ring")) return;
   struct Shape { uint32_t uses, vecs, blocks, warps; };
-  for (const Shape sh : {Shape{1, 2, 1, 2}, Shape{97, 130, 5, 4}, Shape{1000, 1024, 132, 5}, Shape{64, 4096, 3, 3}}) {
+  // warps - 1 consumers: 1, 2 and 4, each dividing kStages.
+  for (const Shape sh : {Shape{1, 2, 1, 2}, Shape{97, 130, 5, 3}, Shape{1000, 1024, 132, 5}, Shape{64, 3072, 3, 3}}) {  // last: 4 x 48 KB stages
+    REQUIRE(kStages % (sh.warps - 1) == 0);
     const size_t n = static_cast<size_t>(sh.uses) * sh.vecs;
     std::vector<uint4> host(n);
     for (size_t i = 0; i < n; ++i) host[i] = make_uint4(static_cast<uint32_t>(i), static_cast<uint32_t>(i * 2654435761u), ~static_cast<uint32_t>(i), 7u);
