@@ -1,6 +1,8 @@
 #pragma once
 // All-reduce + residual add + RMSNorm in one pass, as device ops: the form every
-// tensor-parallel decode layer ends with. Built on the one-shot Lamport exchange. Two ops:
+// tensor-parallel decode layer ends with. Built on the one-shot Lamport exchange. Three ops:
+//   decode     a few rows (batch-1 decode): every CTA computes each row's sum of squares from the
+//              whole row and writes only its own chunk, so no CTA waits for another;
 //   whole-row  rows (tokens) dealt to CTAs, one row per CTA at a time, so the norm's sum of
 //              squares is a block reduction with no cross-CTA step (rows up to 1024 vectors);
 //   cluster    a row split over the CTAs of a thread block cluster, the sum of squares combined
@@ -183,14 +185,16 @@ __device__ void fused_allreduce_rmsnorm_whole_row_op(const FusedArNormParams& p,
 
 // ---- decode: a few rows, every CTA computes each row's norm from the whole row ------------
 // The form for decode-sized calls (one row per token, batch 1). A one-CTA row puts the whole
-// epilogue on one SM: its element work (~7 instructions a value) and its 28 KB of output stores
-// through that SM's L1/L2 path; splitting the row over CTAs needs their partial sums of squares
-// combined, a cross-CTA step measured at more than it saves (docs/perf/comm.md). Here the row's
-// peer data, own partial and residual sit in L2, so every CTA reads the *whole* row and computes
-// the same sum of squares itself (the same threads, order and bits in every CTA and on every
-// rank), then normalises and stores only its own column chunk [cta * chunk_vecs, +chunk_vecs):
-// no CTA ever waits for another. Each CTA pushes the chunk it owns and re-arms a share of the
-// previous buffer.
+// epilogue on one SM: all its element work and its 28 KB of output stores; splitting the row over
+// CTAs needs their partial sums of squares combined, a cross-CTA step measured at more than it
+// saves (docs/perf/comm.md). Here the row's peer data, own partial and residual sit in L2, so
+// every CTA reads the *whole* row and computes the same sum of squares itself (the same threads,
+// order and bits in every CTA and on every rank), then normalises and stores only its own column
+// chunk [cta * chunk_vecs, +chunk_vecs): no CTA ever waits for another. Each CTA pushes the chunk
+// it owns and re-arms a share of the previous buffer. Measured best on 2 CTAs (7168 bf16: 3.30-3.33
+// us; 1 CTA 3.73, 4 CTAs 3.62-3.69, 8 CTAs 3.77-3.79: each extra CTA polls the whole row again).
+// The op reads and advances the rotation state itself (LamportState::next_buffer[cta]), so a
+// megakernel calls it after griddepcontrol.wait with the workspace's fixed CTA count.
 //
 // Thread t holds vectors t + j * blockDim.x (j < kVecs) of the row; chunk_vecs is a multiple of 32
 // (a warp is wholly in or out of a chunk), set by the host. A CTA whose chunk is empty only
