@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/common/smem_optin.h"
 #include "kernels/ops/gemm.cuh"
 #include "kernels/ops/gemv.cuh"
 #include "kernels/ops/gemv_stream.cuh"
@@ -109,24 +110,6 @@ __global__ void fill_random_kernel(uint16_t* p, size_t n16, uint64_t seed, bool 
   }
 }
 
-// cudaFuncSetAttribute acts on the kernel for the current device only, so a once-per-process
-// guard leaves every other GPU at the 48 KB default (tensor-parallel ranks launch on devices
-// 1..N-1 from their own threads): set it once per (host thread, device) and kernel.
-template <auto Kernel>
-bool allow_dynamic_smem(int bytes) {
-  thread_local signed char state[64] = {};  // 0: not asked yet, 1: set, -1: refused
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
-    cudaGetLastError();
-    return false;
-  }
-  if (state[dev] == 0) {
-    const cudaError_t e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e != cudaSuccess) cudaGetLastError();
-    state[dev] = e == cudaSuccess ? 1 : -1;
-  }
-  return state[dev] > 0;
-}
 
 int blocks_for(int64_t work_items, int items_per_block, int sm_count, int max_waves) {
   const int64_t need = (work_items + items_per_block - 1) / items_per_block;
@@ -206,7 +189,7 @@ template <bool kFp8, int MT, class OutT, bool kNorm>
 bool gemv_stream_launch_typed(const DenseGemvParams& p, const GemvStreamGeom& g, int grid, size_t smem,
                               cudaStream_t s) {
   void (*kernel)(DenseGemvParams, GemvStreamGeom) = gemv_stream_kernel<kFp8, MT, OutT, kNorm>;
-  if (!allow_dynamic_smem<gemv_stream_kernel<kFp8, MT, OutT, kNorm>>(kStreamMaxSmem)) return false;
+  if (!allow_dynamic_smem(gemv_stream_kernel<kFp8, MT, OutT, kNorm>, kStreamMaxSmem)) return false;
   launch_pdl(kernel, dim3(grid), dim3(kStreamThreads), smem, s, p, g);
   g_gemv_stream_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -295,7 +278,7 @@ template <bool kFp8, int BN>
 void gemm_dense_bn(const DenseGemmParams& p, int splits, cudaStream_t s) {
   constexpr int smem = mma::SmemLayout<kFp8, BN>::bytes;
   // A refusal shows up as a launch error, which the caller checks.
-  (void)allow_dynamic_smem<gemm_dense_kernel<kFp8, BN>>(smem);
+  (void)allow_dynamic_smem(gemm_dense_kernel<kFp8, BN>, smem);
   const dim3 grid(static_cast<unsigned>((p.w.rows + mma::BM - 1) / mma::BM),
                   static_cast<unsigned>((p.m + BN - 1) / BN), static_cast<unsigned>(splits));
   launch_pdl(gemm_dense_kernel<kFp8, BN>, grid, dim3(mma::THREADS), smem, s, p);

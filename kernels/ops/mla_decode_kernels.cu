@@ -1,5 +1,6 @@
 #include "kernels/common/sm_count.h"
 #include "kernels/common/pdl.cuh"
+#include "kernels/common/smem_optin.h"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/mla_decode.cuh"
 
@@ -24,11 +25,7 @@ namespace {
 template <int kNumWarps>
 void launch_split(const MlaDecodeParams& p, cudaStream_t stream) {
   const size_t smem = mla_decode::Layout(p.kv_dim, kNumWarps / 4).total;
-  static size_t configured = 0;  // opt-in above 48 KiB once per size (host-side, not captured)
-  if (smem > configured) {
-    cudaFuncSetAttribute(mla_decode_split_kernel<kNumWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    configured = smem;
-  }
+  kern::allow_dynamic_smem(mla_decode_split_kernel<kNumWarps>, int(smem));  // a refusal shows as the launch's error
   const dim3 grid(p.splits, (p.heads + mla_decode::kHeads - 1) / mla_decode::kHeads, p.batch);
   kern::launch_pdl(mla_decode_split_kernel<kNumWarps>, grid, dim3(kNumWarps * 32), smem, stream, p);
 }

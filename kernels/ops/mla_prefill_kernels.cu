@@ -1,3 +1,4 @@
+#include "kernels/common/smem_optin.h"
 #include "kernels/ops/mla_prefill.cuh"
 
 namespace rs::cuda {
@@ -14,12 +15,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) mla_prefill_kernel
 
 template <class C>
 cudaError_t launch(const MlaPrefillParams& p, cudaStream_t stream) {
-  static bool configured = false;  // opt-in above 48 KiB, once per instantiation (host side)
-  if (!configured) {
-    const cudaError_t e = cudaFuncSetAttribute(mla_prefill_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmem));
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
+  if (!kern::allow_dynamic_smem(mla_prefill_kernel<C>, int(C::kSmem))) return cudaErrorInvalidConfiguration;
   const dim3 grid(p.heads, (p.T + C::kRows - 1) / C::kRows);
   mla_prefill_kernel<C><<<grid, C::kThreads, C::kSmem, stream>>>(p);
   return cudaGetLastError();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "kernels/common/smem_optin.h"
 #include "kernels/ops/expert_gemm.cuh"
 #include "kernels/ops/expert_lt_glue.cuh"
 #include "kernels/ops/gemv_experts.cuh"
@@ -92,12 +93,9 @@ void expert_gemv_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) 
 template <bool kFp8, int BN>
 void expert_gemm_bn(const ExpertGemmParams& p, cudaStream_t s) {
   constexpr int smem = mma::SmemLayout<kFp8, BN>::bytes;
-  static const cudaError_t a1 = cudaFuncSetAttribute(
-      expert_gemm_gate_up_kernel<kFp8, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  static const cudaError_t a2 = cudaFuncSetAttribute(
-      expert_gemm_down_kernel<kFp8, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  (void)a1;
-  (void)a2;
+  // A refusal shows as the launch's error, which the caller checks.
+  allow_dynamic_smem(expert_gemm_gate_up_kernel<kFp8, BN>, smem);
+  allow_dynamic_smem(expert_gemm_down_kernel<kFp8, BN>, smem);
   const dim3 g1((p.experts.inter + mma::BM / 2 - 1) / (mma::BM / 2), p.max_tiles);
   launch_pdl(expert_gemm_gate_up_kernel<kFp8, BN>, g1, dim3(mma::THREADS), smem, s, p);
   const dim3 g2((p.experts.hidden + mma::BM - 1) / mma::BM, p.max_tiles);
