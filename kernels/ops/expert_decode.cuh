@@ -42,7 +42,6 @@ namespace rs::kern {
 using rs::cuda::warp_sum;
 
 constexpr int kMaxSharedSlots = 4;  // shared experts a layer may fold in (DeepSeek: 1 or 2)
-constexpr int kDownRows = 2;        // hidden rows per block-iteration of the few-token down op
 constexpr int kExpertTcWarps = 4;   // warps per block of the grouped tensor-core GEMV
 constexpr int kExpertTcThreads = kExpertTcWarps * 32;
 
@@ -59,69 +58,85 @@ __device__ __forceinline__ uint32_t small_slot_tokens(const ExpertGemvParams& p,
   return s < ns ? (p.m >= 32 ? 0xffffffffu : (1u << p.m) - 1u) : sr.tokens[s - ns];
 }
 
-template <bool kFp8, int MT, int U>
+// RP intermediate rows per warp-item (gate and up rows of each): the item's weight bytes are what
+// one warp keeps in flight, and an item costs about one memory round trip whatever its size, so
+// FP8 items take two rows (2 x 2 x 2 KB) to move as many bytes per trip as bf16's one (2 x 4 KB).
+template <bool kFp8, int MT, int U, int RP>
 __device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, SmallRouting& sr) {
   constexpr int E = chunk_elems<kFp8>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
+  const int64_t per_slot = (inter + RP - 1) / RP;  // items per slot
   const int64_t gw = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   const int64_t nw = static_cast<int64_t>(gridDim.x) * kGemvWarps;
   pdl_launch_dependents();
   // The first items are shared-expert rows, known before the routing: start them towards L2
   // while the router drains.
-  if (gw < static_cast<int64_t>(ns) * inter) {
-    const int k = static_cast<int>(gw / inter);
-    const int64_t row = gw % inter;
+  if (gw < static_cast<int64_t>(ns) * per_slot) {
+    const int k = static_cast<int>(gw / per_slot);
 #pragma unroll
     for (int part = 0; part < 2; ++part) {
-      const WeightRow r = weight_row(expert_matrix(p.experts, p.experts.num_experts + k, part), row, kFp8);
+      const rs::cuda::DeviceMatrix m = expert_matrix(p.experts, p.experts.num_experts + k, part);
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t c = u * 32 + lane;
-        if (c < hidden / E) asm volatile("prefetch.global.L2 [%0];" ::"l"(r.data + c * 16));
+      for (int r = 0; r < RP; ++r) {
+        const WeightRow wr = weight_row(m, (gw % per_slot) * RP + r, kFp8);
+        if (!wr.data) continue;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int64_t c = u * 32 + lane;
+          if (c < hidden / E) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr.data + c * 16));
+        }
       }
     }
   }
   pdl_wait();  // routing from the router, x from the norm
   small_routing(p, sr);
-  const int64_t items = static_cast<int64_t>(ns + sr.n_active) * inter;
+  const int64_t items = static_cast<int64_t>(ns + sr.n_active) * per_slot;
   for (int64_t it = gw; it < items; it += nw) {
-    const int s = static_cast<int>(it / inter);
-    const int64_t row = it % inter;
+    const int s = static_cast<int>(it / per_slot);
+    const int64_t row0 = (it % per_slot) * RP;
     const int e = small_slot_expert(p, sr, s);
     const uint32_t sel = small_slot_tokens(p, sr, s);
     const rs::cuda::DeviceMatrix gate = expert_matrix(p.experts, e, kPartGate);
-    const WeightRow rows[2] = {weight_row(gate, row, kFp8),
-                               weight_row(expert_matrix(p.experts, e, kPartUp), row, kFp8)};
+    const rs::cuda::DeviceMatrix up = expert_matrix(p.experts, e, kPartUp);
+    WeightRow rows[2 * RP];  // gate rows, then the same up rows
+#pragma unroll
+    for (int r = 0; r < RP; ++r) {
+      rows[r] = weight_row(gate, row0 + r, kFp8);
+      rows[RP + r] = weight_row(up, row0 + r, kFp8);
+    }
     const __nv_bfloat16* xr[1][MT];
 #pragma unroll
     for (int t = 0; t < MT; ++t) xr[0][t] = (t < p.m && (sel >> t & 1u)) ? p.x + static_cast<int64_t>(t) * hidden : nullptr;
-    float part[2][MT];
-    gemv_warp_partial<kFp8, 2, MT, U>(rows, xr, 0, hidden / E, gate.block_cols, part);
+    float part[2 * RP][MT];
+    gemv_warp_partial<kFp8, 2 * RP, MT, U>(rows, xr, 0, hidden / E, gate.block_cols, part);
 #pragma unroll
-    for (int t = 0; t < MT; ++t) {
-      const float g = warp_sum(part[0][t]);
-      const float u = warp_sum(part[1][t]);
-      if (lane == (t & 31) && xr[0][t])
-        p.h[(static_cast<int64_t>(s) * p.m + t) * inter + row] = __float2bfloat16_rn(silu(g) * u);
-    }
+    for (int r = 0; r < RP; ++r)
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        const float g = warp_sum(part[r][t]);
+        const float u = warp_sum(part[RP + r][t]);
+        if (lane == ((r * MT + t) & 31) && xr[0][t] && row0 + r < inter)
+          p.h[(static_cast<int64_t>(s) * p.m + t) * inter + row0 + r] = __float2bfloat16_rn(silu(g) * u);
+      }
   }
 }
 
 // out[t, row] = sum over slots of weight(t, slot) * down_slot[row] . h[slot, t]
-// red: shared memory [kGemvWarps][kDownRows][MT].
-template <bool kFp8, int MT, int U>
+// DR hidden rows per block-iteration (bf16 2, FP8 4: the same bytes per warp-item, see gate_up).
+// red: shared memory [kGemvWarps][DR][MT].
+template <bool kFp8, int MT, int U, int DR>
 __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRouting& sr, float* red) {
   constexpr int E = chunk_elems<kFp8>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
-  const int64_t groups = (hidden + kDownRows - 1) / kDownRows;
+  const int64_t groups = (hidden + DR - 1) / DR;
   pdl_launch_dependents();
   if (warp < ns && blockIdx.x < groups) {  // first rows of this warp's shared slot, towards L2
     const rs::cuda::DeviceMatrix d = expert_matrix(p.experts, p.experts.num_experts + warp, kPartDown);
 #pragma unroll
-    for (int r = 0; r < kDownRows; ++r) {
-      const WeightRow wr = weight_row(d, static_cast<int64_t>(blockIdx.x) * kDownRows + r, kFp8);
+    for (int r = 0; r < DR; ++r) {
+      const WeightRow wr = weight_row(d, static_cast<int64_t>(blockIdx.x) * DR + r, kFp8);
       if (!wr.data) continue;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -134,45 +149,45 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
   small_routing(p, sr);
   const int slots = ns + sr.n_active;
   for (int64_t rg = blockIdx.x; rg < groups; rg += gridDim.x) {  // uniform over the block
-    float acc[kDownRows][MT];
+    float acc[DR][MT];
 #pragma unroll
-    for (int r = 0; r < kDownRows; ++r)
+    for (int r = 0; r < DR; ++r)
 #pragma unroll
       for (int t = 0; t < MT; ++t) acc[r][t] = 0.f;
     for (int s = warp; s < slots; s += kGemvWarps) {
       const int e = small_slot_expert(p, sr, s);
       const uint32_t sel = small_slot_tokens(p, sr, s);
       const rs::cuda::DeviceMatrix d = expert_matrix(p.experts, e, kPartDown);
-      WeightRow rows[kDownRows];
+      WeightRow rows[DR];
 #pragma unroll
-      for (int r = 0; r < kDownRows; ++r) rows[r] = weight_row(d, rg * kDownRows + r, kFp8);
+      for (int r = 0; r < DR; ++r) rows[r] = weight_row(d, rg * DR + r, kFp8);
       const __nv_bfloat16* hr[1][MT];
 #pragma unroll
       for (int t = 0; t < MT; ++t)
         hr[0][t] = (t < p.m && (sel >> t & 1u)) ? p.h + (static_cast<int64_t>(s) * p.m + t) * inter : nullptr;
-      float part[kDownRows][MT];
-      gemv_warp_partial<kFp8, kDownRows, MT, U>(rows, hr, 0, inter / E, d.block_cols, part);
+      float part[DR][MT];
+      gemv_warp_partial<kFp8, DR, MT, U>(rows, hr, 0, inter / E, d.block_cols, part);
       // The routing weight is linear in the dot product: lanes apply it before the reduction.
 #pragma unroll
       for (int t = 0; t < MT; ++t) {
         const float wt = s < ns ? 1.f : (t < kExpertGemvMaxTokens ? sr.weight[t][s - ns] : 0.f);
 #pragma unroll
-        for (int r = 0; r < kDownRows; ++r) acc[r][t] = fmaf(wt, part[r][t], acc[r][t]);
+        for (int r = 0; r < DR; ++r) acc[r][t] = fmaf(wt, part[r][t], acc[r][t]);
       }
     }
 #pragma unroll
-    for (int r = 0; r < kDownRows; ++r)
+    for (int r = 0; r < DR; ++r)
 #pragma unroll
       for (int t = 0; t < MT; ++t) {
         const float v = warp_sum(acc[r][t]);
-        if (lane == 0) red[(warp * kDownRows + r) * MT + t] = v;
+        if (lane == 0) red[(warp * DR + r) * MT + t] = v;
       }
     __syncthreads();
-    if (threadIdx.x < kDownRows * MT) {
+    if (threadIdx.x < DR * MT) {
       const int r = threadIdx.x / MT, t = threadIdx.x % MT;
       float v = 0.f;
-      for (int k = 0; k < kGemvWarps; ++k) v += red[(k * kDownRows + r) * MT + t];  // fixed order
-      const int64_t row = rg * kDownRows + r;
+      for (int k = 0; k < kGemvWarps; ++k) v += red[(k * DR + r) * MT + t];  // fixed order
+      const int64_t row = rg * DR + r;
       if (row < hidden && t < p.m) p.out[static_cast<int64_t>(t) * hidden + row] = __float2bfloat16_rn(v);
     }
     __syncthreads();

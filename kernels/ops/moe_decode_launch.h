@@ -26,12 +26,4 @@ void launch_expert_decode_grouped(const ExpertGemmParams& p, int sm_count, cudaS
 void set_expert_decode(bool on);
 bool expert_decode();
 
-// A/B switch of the few-token path (default off; environment RS_EXPERT_STREAM=1 starts on): on,
-// calls of 1 or 2 tokens whose shapes fit stream their weights through a shared-memory ring of
-// bulk copies (expert_stream.cuh); off, or where they do not fit, the register-load kernels.
-void set_expert_stream(bool on);
-bool expert_stream();
-// Calls that took the streaming kernels so far in this process (tests check the path ran).
-uint64_t expert_stream_launches();
-
 }  // namespace rs::kern

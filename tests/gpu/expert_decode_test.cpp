@@ -2,9 +2,7 @@
 // the few-token kernels (gate_up + SwiGLU, then down) forced for every m they are compiled for,
 // and the default dispatch, bf16 and FP8, 1..16 tokens, with 0, 1 or 2 shared experts folded in,
 // shapes whose rows do not fill a whole load batch, the V2-Lite shape itself, many calls in a
-// row and graph replays with changing routing. The bulk-copy streaming kernels of 1 and 2 tokens
-// (expert_stream.cuh, default on) are checked to have run (their launch counter), and the
-// register-load kernels they replace are checked with the streaming switch off.
+// row and graph replays with changing routing.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -191,82 +189,9 @@ struct FewTokenScope {
   ~FewTokenScope() { rs::kern::set_gemv_thresholds(saved); }
 };
 
-// The streaming few-token kernels on or off for a scope; restores the switch.
-struct StreamScope {
-  bool saved = rs::kern::expert_stream();
-  explicit StreamScope(bool on) { rs::kern::set_expert_stream(on); }
-  ~StreamScope() { rs::kern::set_expert_stream(saved); }
-};
-
-// check() that also asserts whether the streaming kernels ran (once per call).
-void check_stream(WeightType type, Shape sh, int m, uint64_t seed, bool expect_stream, int calls = 1) {
-  const uint64_t before = rs::kern::expert_stream_launches();
-  check(type, sh, m, seed, calls);
-  const uint64_t ran = rs::kern::expert_stream_launches() - before;
-  INFO((type == WeightType::BF16 ? "bf16" : "fp8") << " m=" << m << " hidden=" << sh.hidden << " inter=" << sh.inter
-                                                   << " n_shared=" << sh.n_shared << " streamed calls " << ran);
-  CHECK(ran == (expect_stream ? uint64_t(calls) : 0u));
-}
-
 }  // namespace
 
 TEST_SUITE("gpu.experts") {
-TEST_CASE("streaming few-token expert kernels (bulk-copy ring) match the fp64 reference, bf16 and FP8, 1 and 2 tokens") {
-  if (skip_without_gpu("streaming experts")) return;
-  FewTokenScope scope;
-  StreamScope on(true);
-  uint64_t seed = 9700;
-  for (int m : {1, 2}) {
-    // Routed only, 1 and 2 shared slots; rows per unit that do not divide inter (176) nor the
-    // block's hidden rows, hidden 272 (a partial 128-wide FP8 scale block), a wide odd hidden.
-    for (int ns : {0, 1, 2}) {
-      check_stream(WeightType::BF16, {12, 272, 176, 4, ns}, m, seed++, true);
-      check_stream(WeightType::FP8_E4M3_BLOCK, {12, 272, 256, 4, ns}, m, seed++, true);
-    }
-    check_stream(WeightType::BF16, {12, 1040, 176, 4, 2}, m, seed++, true);
-    check_stream(WeightType::BF16, {10, 1104, 208, 3, 1}, m, seed++, true);
-    check_stream(WeightType::FP8_E4M3_BLOCK, {12, 2064, 256, 4, 2}, m, seed++, true);
-    check_stream(WeightType::FP8_E4M3_BLOCK, {9, 1040, 384, 5, 1}, m, seed++, true);
-  }
-  // Shapes the ring cannot take fall back to the register-load kernels, still correct. (Rows
-  // always start on 16 bytes: moe_experts requires hidden and inter to be multiples of 16.) One
-  // bf16 gate + up row pair of hidden 8192 (32 KB) times the 16 stages exceeds shared memory.
-  check_stream(WeightType::BF16, {4, 8192, 128, 2, 1}, 1, seed++, false);
-  // m = 3 is beyond the streaming kernels.
-  check_stream(WeightType::BF16, {12, 272, 176, 4, 2}, 3, seed++, false);
-}
-
-TEST_CASE("streaming expert kernels at DeepSeek-V2-Lite shapes, calls in a row (the ring wraps many times)") {
-  if (skip_without_gpu("streaming experts v2-lite")) return;
-  FewTokenScope scope;
-  StreamScope on(true);
-  const Shape v2{8, 2048, 1408, 6, 2};
-  for (WeightType type : {WeightType::BF16, WeightType::FP8_E4M3_BLOCK}) {
-    Rng rng(type == WeightType::BF16 ? 9800 : 9801);
-    const Experts f(type, v2, rng);
-    for (int m : {1, 2}) {
-      const uint64_t before = rs::kern::expert_stream_launches();
-      check_calls(f, m, rng, m == 1 ? 4 : 2);
-      CHECK(rs::kern::expert_stream_launches() - before == uint64_t(m == 1 ? 4 : 2));
-    }
-  }
-}
-
-TEST_CASE("register-load few-token expert kernels (streaming switched off) match the fp64 reference") {
-  if (skip_without_gpu("register-load experts")) return;
-  FewTokenScope scope;
-  StreamScope off(false);
-  uint64_t seed = 9900;
-  for (int m : {1, 2})
-    for (int ns : {0, 2}) {
-      check_stream(WeightType::BF16, {12, 272, 176, 4, ns}, m, seed++, false);
-      check_stream(WeightType::FP8_E4M3_BLOCK, {12, 272, 256, 4, ns}, m, seed++, false);
-    }
-  Rng rng(9950);
-  const Experts f(WeightType::BF16, {8, 2048, 1408, 6, 2}, rng);
-  check_calls(f, 1, rng, 2);
-}
-
 TEST_CASE("few-token expert kernels match the fp64 reference, bf16 and FP8, 1..8 tokens") {
   if (skip_without_gpu("few-token experts")) return;
   FewTokenScope scope;
