@@ -31,14 +31,14 @@ __global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<RPW, MT>())
   gemv_dense_op<kFp8, RPW, MT, U, kPdl, OutT>(p, red);
 }
 
-// The same GEMV with the attention input's add + RMSNorm as its prologue (one row a warp, few
-// tokens: the decode q_proj + kv_a launch).
-template <bool kFp8, int MT, int U, bool kPdl>
-__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<1, MT>())
+// The same GEMV with the attention input's add + RMSNorm as its prologue (few tokens: the
+// decode q_proj + kv_a launch); RPW rows a warp as in gemv_dense_kernel.
+template <bool kFp8, int RPW, int MT, int U, bool kPdl>
+__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<RPW, MT>())
     gemv_norm_dense_kernel(const __grid_constant__ DenseGemvParams p) {
-  __shared__ float red[kGemvWarps * MT];
+  __shared__ float red[kGemvWarps * RPW * MT];
   __shared__ __align__(16) __nv_bfloat16 xs[kGemvNormMaxElems];
-  gemv_dense_op<kFp8, 1, MT, U, kPdl, __nv_bfloat16, true>(p, red, xs);
+  gemv_dense_op<kFp8, RPW, MT, U, kPdl, __nv_bfloat16, true>(p, red, xs);
 }
 
 // The weight-streaming GEMV (gemv_stream.cuh): one block per SM, a bulk-copy ring.
@@ -146,9 +146,9 @@ bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
   void (*kernel)(DenseGemvParams) = gemv_dense_kernel<kFp8, RPW, MT, U, kPdl, OutT>;
   static const int per_sm_plain = resident_blocks_per_sm(kernel);
   int per_sm = per_sm_plain;
-  if constexpr (RPW == 1 && MT <= kGemvNormMaxTokens && std::is_same_v<OutT, __nv_bfloat16>) {
+  if constexpr (MT <= kGemvNormMaxTokens && std::is_same_v<OutT, __nv_bfloat16>) {
     if (p.norm_residual) {
-      kernel = gemv_norm_dense_kernel<kFp8, MT, U, kPdl>;
+      kernel = gemv_norm_dense_kernel<kFp8, RPW, MT, U, kPdl>;
       static const int per_sm_norm = resident_blocks_per_sm(kernel);
       per_sm = per_sm_norm;
       p.norm_counter = gemv_norm_counter();
@@ -320,8 +320,9 @@ void set_gemv_thresholds(const GemvThresholds& t) {
 }
 
 namespace {
-constexpr unsigned kGemvAbCount = 5;
-const char* const kGemvAbNames[kGemvAbCount] = {"oldgrid", "nogroup", "oldlmhead", "nofp8group", "nofold"};
+constexpr unsigned kGemvAbCount = 7;
+const char* const kGemvAbNames[kGemvAbCount] = {"oldgrid",  "nogroup", "oldlmhead",    "nofp8group",
+                                                "nofold",   "nofp8tc", "nofp8normpair"};
 unsigned parse_gemv_ab() {
   const char* v = std::getenv("RS_GEMV_AB");
   std::string s = v ? v : "";
@@ -401,7 +402,10 @@ bool launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t s) {
   const bool fp8 = p.w[0].type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
   int64_t rows = 0;
   for (int j = 0; j < p.jobs; ++j) rows += p.w[j].rows;
-  const bool two_rows = !p.norm_residual && rows >= int64_t(sm_count) * kGemvWarps * 2 * (fp8 ? 1 : 2);
+  // The norm prologue's launch pairs rows only for FP8, where an item's bytes are what a warp
+  // keeps in flight per round trip (as the FP8 expert items; RS_GEMV_AB=nofp8normpair for A/B).
+  const bool pair_ok = !p.norm_residual || (fp8 && !gemv_ab("nofp8normpair"));
+  const bool two_rows = pair_ok && rows >= int64_t(sm_count) * kGemvWarps * 2 * (fp8 ? 1 : 2);
   if (p.out_fp32) {  // bf16 weights only (the lm_head and router weights); see matmul_launch.h
     if (fp8) return false;
     return two_rows ? gemv_dense_pdl<false, 2, float>(p, sm_count, s) : gemv_dense_pdl<false, 1, float>(p, sm_count, s);

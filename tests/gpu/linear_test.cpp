@@ -798,6 +798,9 @@ TEST_CASE("linear_group with the add + RMSNorm folded in equals the separate ker
     check_group_norm(WeightType::BF16, {37, 130}, 1032, 1, 1, seed++);  // odd width, one delta
     check_group_norm(WeightType::BF16, {300}, 7168, 1, 0, seed++);      // V3 width, no delta
     check_group_norm(WeightType::BF16, {300, 20}, 7168, 2, 2, seed++);  // beyond the shared memory: separate norm
+    // FP8 with rows enough to pair them a warp (>= 16 a SM), V2-Lite's q/kv and an odd split.
+    check_group_norm(WeightType::FP8_E4M3_BLOCK, {3072, 576}, 2048, 1, 2, seed++);
+    check_group_norm(WeightType::FP8_E4M3_BLOCK, {2049, 575}, 2048, 2, 1, seed++);
   }
   rs::kern::set_gemv_tc(true);
 }

@@ -66,6 +66,7 @@ bool vector_path_ok(const DeviceMatrix& w, const void* x) {
 // and for few rows (it splits the width across warps).
 bool gemv_takes_tensor_cores(const DeviceMatrix& w, int m) {
   const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
+  if (fp8 && kern::gemv_ab("nofp8tc")) return false;  // A/B: FP8 GEMVs on the CUDA-core kernel
   return kern::gemv_tc_ok(w) && (fp8 ? w.rows >= 1024 : (m >= 2 || w.cols <= 1024));
 }
 
