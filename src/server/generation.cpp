@@ -128,7 +128,7 @@ std::optional<std::string> collect_response(GenerationJob& job,
   }
   for (const ChoiceResult& c : choices)
     if (c.finish == FinishReason::Error)
-      return error_json(500, "generation failed: " + c.error);
+      throw ApiError(500, "generation failed: " + c.error);
   const Tokenizer& tok = *job.tokenizer;
   json body = job.req.kind == ApiKind::Chat
                   ? chat_response(job.req, job.id, job.created, choices, pump.usage(), tok)

@@ -30,7 +30,7 @@ struct GenerationJob {
 void cancel_all(const GenerationJob& job);
 
 // The complete JSON body, or nullopt when the client went away first (requests cancelled).
-// A request that failed inside the engine yields an OpenAI error body.
+// A request that failed inside the engine throws ApiError(500) naming the engine's error.
 std::optional<std::string> collect_response(GenerationJob& job,
                                             const std::function<bool()>& client_alive);
 

@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include "server/auth.h"
+#include "server/client_connection.h"
 #include "server/errors.h"
 #include "server/generation.h"
 #include "server/ids.h"
@@ -72,14 +73,14 @@ void generate(ServerState& st, const httplib::Request& req, httplib::Response& r
   job->tokenizer = m->ctx.tokenizer;
   job->metrics = &st.metrics;
   job->poll = st.cfg.poll;
-  const auto keepalive = st.cfg.sse_keepalive;
-  // The provider runs after this handler returns; it owns the job and the model reference.
-  // It does all its work in one call: httplib checks for shutdown only between calls, and a
-  // graceful shutdown must let running responses finish.
-  auto release = [job](bool success) {
-    if (!success) cancel_all(*job);
-  };
   if (job->req.stream) {
+    // The provider runs after this handler returns; it owns the job and the model reference.
+    // It does all its work in one call: httplib checks for shutdown only between calls, and a
+    // graceful shutdown must let running responses finish.
+    const auto keepalive = st.cfg.sse_keepalive;
+    auto release = [job](bool success) {
+      if (!success) cancel_all(*job);
+    };
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
@@ -92,16 +93,19 @@ void generate(ServerState& st, const httplib::Request& req, httplib::Response& r
         },
         release);
   } else {
-    res.set_chunked_content_provider(
-        "application/json",
-        [job, m](size_t, httplib::DataSink& sink) {
-          auto text = collect_response(*job, [&] { return !sink.is_writable || sink.is_writable(); });
-          if (!text) return false;
-          if (!sink.write(text->data(), text->size())) return false;
-          sink.done();
-          return true;
-        },
-        release);
+    // Generated here, before the status is chosen: an engine failure half way is a 500, not an
+    // error object under a 200 already sent (client_connection.h says why no provider).
+    const ClientConnection client(req);
+    std::optional<std::string> text;
+    try {
+      text = collect_response(*job, [&] { return client.alive(); });
+    } catch (...) {
+      cancel_all(*job);  // the other choices of the response, if one failed
+      throw;
+    }
+    if (!text) return;  // the client went away: its requests are cancelled, nobody to answer
+    res.status = 200;
+    res.set_content(std::move(*text), "application/json");
   }
 }
 

@@ -359,6 +359,20 @@ TEST_CASE("an engine failure after the stream started arrives as a final error c
   CHECK(ok->status == 200);
 }
 
+TEST_CASE("an engine failure during a non-streaming request is a 500 with the OpenAI error object") {
+  ServerHarness h;
+  h.backend->fail_on_step(3);  // after the prefill and a first decode step
+  auto c = h.client();
+  auto r = c.Post("/v1/completions", R"({"prompt":"x","max_tokens":20,"ignore_eos":true,"n":2})",
+                  "application/json");
+  expect_error(r, 500);
+  CHECK(json::parse(r->body)["error"]["message"].get<std::string>().find("generation failed") != std::string::npos);
+  CHECK(wait_until([&] { auto s = h.engine->stats(); return s.running == 0 && s.waiting == 0; }));
+  auto ok = c.Post("/v1/completions", R"({"prompt":"x","max_tokens":2})", "application/json");
+  REQUIRE(ok);
+  CHECK(ok->status == 200);
+}
+
 TEST_CASE("/tokenize and /detokenize in vLLM's shapes") {
   ServerHarness h;
   auto c = h.client();
