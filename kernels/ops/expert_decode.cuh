@@ -11,10 +11,10 @@
 //
 // Few tokens (m <= kExpertGemvMaxTokens): CUDA-core GEMV ops of gemv.cuh, routing derived in
 // every block (SmallRouting), slot s < n_shared shared, s >= n_shared the active routed experts.
-//   gate_up: one warp-item = (slot, intermediate row): that row of gate and of up, all tokens of
-//            the slot; items are spread flat over every warp of a persistent grid, so no SM waits
-//            on a partial last wave of (expert, row-group) blocks.
-//   down:    a block owns kDownRows hidden rows; its 8 warps take the slots round-robin (one
+//   gate_up: one warp-item = (slot, RP intermediate rows): those rows of gate and of up, all
+//            tokens of the slot; items are spread flat over every warp of a persistent grid, so no
+//            SM waits on a partial last wave of (expert, row-group) blocks.
+//   down:    a block owns DR hidden rows at a time; its 8 warps take the slots round-robin (one
 //            weight batch per slot covers a whole 1408-wide row), apply the routing weight to
 //            their lane partials, and meet in shared memory in a fixed order (deterministic).
 // Many tokens, bf16 (kExpertGemvMaxTokens < m, <= 16 tokens per expert on average): the tile
