@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole GPU suite and the issue-5 benchmarks in one go on an H200 machine, summary table last.
+# The whole GPU suite and the issue-5 benchmarks in one go on an H200 machine (with the in-graph
+# cost of each kernel of a batch-1 step), summary table last.
 #   tests/gpu/run_gpu_suite.sh [--bin DIR] [--out DIR] [--quick]
 # --bin DIR: use prebuilt rackserve and rackserve_tests from DIR (or DIR/bins.tgz); otherwise
 #            configure and build here (cmake + ninja; RS_VENDORED_DEPS=.gpu-build if present).
@@ -130,6 +131,17 @@ bench decode_b1_ctx1k_bf16  --phase decode --batch 1 --context 1024 --iters $ITE
 bench decode_b1_ctx1k_fp8   --phase decode --batch 1 --context 1024 --quantization fp8 --iters $ITERS
 bench decode_b64_ctx2k_bf16 --phase decode --batch 64 --context 2048 --iters $ITERS
 bench prefill_8k_bf16       --phase prefill --batch 1 --context 8192 --iters 5 --warmup 1
+
+# Where a batch-1 step goes inside its CUDA graph: each kernel's nodes disabled in turn, the
+# graph replayed (the full tables are in the logs; the summary keeps the four largest).
+for q in bf16 fp8; do
+  qa=""; [ $q = fp8 ] && qa="--quantization fp8"
+  echo "== bench forward --ablate: b1 ctx1K $q"
+  CUDA_VISIBLE_DEVICES=0 timeout 120 "$RS" bench forward --config "$CFG" --load-format dummy --phase decode \
+    --batch 1 --context 1024 --iters 5 --ablate $qa > "$OUTDIR/ablate_b1_$q.log" 2>&1
+  sed -n '/whole graph/,$p' "$OUTDIR/ablate_b1_$q.log" | head -16
+  ROWS+=("in-graph b1 $q, us a node|$(grep -o 'whole graph [0-9.]* ms' "$OUTDIR/ablate_b1_$q.log"): $(sed -n '/us\/node/,$p' "$OUTDIR/ablate_b1_$q.log" | sed 1d | head -4 | awk '{sub(/<.*/, "", $4); printf "%s %s  ", $4, $3}')")
+done
 
 echo "== bench mla-prefill (attention kernel alone)"
 CUDA_VISIBLE_DEVICES=0 timeout 120 "$RS" bench mla-prefill --iters 20 > "$OUTDIR/mla_prefill.log" 2>&1
