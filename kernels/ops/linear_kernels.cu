@@ -161,7 +161,7 @@ bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
   const int64_t nchunks = p.w[0].cols / (kFp8 ? 16 : 8);
   auto blocks = [&](int ks) { return (groups * ks + kGemvWarps - 1) / kGemvWarps; };
   int ks = 1, grid = 0;
-  if (gemv_ab("oldgrid")) {
+  if (gemv_ab(GemvAb::kOldGrid)) {
     // Earlier rule: split the width until every SM has two blocks' worth of row groups, one block
     // per block group (a second, partly empty wave when that exceeds the resident blocks).
     while (ks < kGemvWarps && groups * ks / kGemvWarps < 2 * sm_count && nchunks / (2 * ks) >= 32) ks *= 2;
@@ -320,30 +320,32 @@ void set_gemv_thresholds(const GemvThresholds& t) {
 }
 
 namespace {
-constexpr unsigned kGemvAbCount = 7;
+// Calls fn(token) for each comma-separated token of an environment value.
+template <class F>
+void for_each_token(const std::string& s, F&& fn) {
+  for (size_t b = 0; b <= s.size();) {
+    const size_t e = std::min(s.find(',', b), s.size());
+    fn(s.substr(b, e - b));
+    b = e + 1;
+  }
+}
+
+constexpr unsigned kGemvAbCount = static_cast<unsigned>(GemvAb::kCount);
 const char* const kGemvAbNames[kGemvAbCount] = {"oldgrid",  "nogroup", "oldlmhead",    "nofp8group",
                                                 "nofold",   "nofp8tc", "nofp8normpair"};
 unsigned parse_gemv_ab() {
   const char* v = std::getenv("RS_GEMV_AB");
-  std::string s = v ? v : "";
   unsigned bits = 0;
-  for (size_t b = 0; b <= s.size();) {
-    const size_t e = std::min(s.find(',', b), s.size());
+  for_each_token(v ? v : "", [&](const std::string& t) {
     for (unsigned i = 0; i < kGemvAbCount; ++i)
-      if (s.compare(b, e - b, kGemvAbNames[i]) == 0) bits |= 1u << i;
-    b = e + 1;
-  }
+      if (t == kGemvAbNames[i]) bits |= 1u << i;
+  });
   return bits;
 }
+const unsigned g_gemv_ab = parse_gemv_ab();
 }  // namespace
 
-bool gemv_ab(const char* token) {
-  static const unsigned bits = parse_gemv_ab();
-  const std::string t = token;
-  for (unsigned i = 0; i < kGemvAbCount; ++i)
-    if (t == kGemvAbNames[i]) return bits & (1u << i);
-  return false;
-}
+bool gemv_ab(GemvAb which) { return g_gemv_ab & (1u << static_cast<unsigned>(which)); }
 
 namespace {
 // Where the streaming GEMV runs (RS_GEMV_STREAM, read once; set_gemv_stream for tests and A/B):
@@ -353,19 +355,15 @@ namespace {
 unsigned parse_gemv_stream() {
   const char* v = std::getenv("RS_GEMV_STREAM");
   if (!v) return kGemvStreamDefaultUses;
-  const std::string s = v;
   unsigned bits = 0;
-  for (size_t b = 0; b <= s.size();) {
-    const size_t e = std::min(s.find(',', b), s.size());
-    const std::string t = s.substr(b, e - b);
+  for_each_token(v, [&](const std::string& t) {
     if (t == "all" || t == "1") bits |= kGemvStreamAll;
     else if (t == "group") bits |= kGemvStreamGroup;
     else if (t == "dense") bits |= kGemvStreamDense;
     else if (t == "lmhead") bits |= kGemvStreamLmHead;
     else if (t == "fp8") bits |= kGemvStreamFp8;
     else if (t == "m2") bits |= kGemvStreamTwoTokens;
-    b = e + 1;
-  }
+  });
   return bits;
 }
 int parse_gemv_stream_ring_kb() {
@@ -404,7 +402,7 @@ bool launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t s) {
   for (int j = 0; j < p.jobs; ++j) rows += p.w[j].rows;
   // The norm prologue's launch pairs rows only for FP8, where an item's bytes are what a warp
   // keeps in flight per round trip (as the FP8 expert items; RS_GEMV_AB=nofp8normpair for A/B).
-  const bool pair_ok = !p.norm_residual || (fp8 && !gemv_ab("nofp8normpair"));
+  const bool pair_ok = !p.norm_residual || (fp8 && !gemv_ab(GemvAb::kNoFp8NormPair));
   const bool two_rows = pair_ok && rows >= int64_t(sm_count) * kGemvWarps * 2 * (fp8 ? 1 : 2);
   if (p.out_fp32) {  // bf16 weights only (the lm_head and router weights); see matmul_launch.h
     if (fp8) return false;

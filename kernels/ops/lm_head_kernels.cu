@@ -47,7 +47,7 @@ void launch_lm_head(const LmHeadParams& p, cudaStream_t stream) {
   // (the warp-per-row kernel below reached ~1.7 TB/s on the 420 MB V2 lm_head): several rows a
   // warp, up to 8 loads in flight a lane, balanced shares over one wave of resident blocks, and
   // the weight prefetch overlapping the predecessor (PDL). Needs whole 16-byte chunks.
-  if (p.n <= kLmHeadGemvMaxRows && lm_head_gemv_ok(p) && !kern::gemv_ab("oldlmhead")) {
+  if (p.n <= kLmHeadGemvMaxRows && lm_head_gemv_ok(p) && !kern::gemv_ab(kern::GemvAb::kOldLmHead)) {
     kern::DenseGemvParams g;
     g.w[0].type = WeightType::BF16;
     g.w[0].rows = p.vocab;

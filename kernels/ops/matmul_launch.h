@@ -125,7 +125,8 @@ void set_gemv_stream_uses(unsigned uses);
 int gemv_stream_ring_kb();
 void set_gemv_stream_ring_kb(int kb);
 // Whether calls of this use (kGemvStream*), weight type and m tokens are meant for the streaming
-// GEMV (linear() then skips the tensor-core GEMV for them).
+// GEMV (linear() then skips the tensor-core GEMV for them: launch_gemv_dense tries the streaming
+// GEMV, then the register one).
 bool gemv_stream_on(unsigned use, int m, bool fp8);
 // The streaming GEMV for p (filled as for launch_gemv_dense_jobs) whatever the switches say;
 // false, launching nothing, where its checks fail.
@@ -137,9 +138,12 @@ uint64_t gemv_stream_launches();
 // binary can time the variants of whole forward steps side by side: "oldgrid" (the earlier
 // split / grid rule), "nogroup" (no grouped q_proj + kv_a launch), "oldlmhead" (the earlier
 // warp-per-row lm_head kernel), "nofp8group" (FP8 jobs that would take the tensor-core GEMV
-// alone are not grouped), "nofold" (the attention input's
-// add + RMSNorm as its own kernel, not the grouped GEMV's prologue). (gemv room, additive)
-bool gemv_ab(const char* token);
+// alone are not grouped), "nofold" (the attention input's add + RMSNorm as its own kernel, not
+// the grouped GEMV's prologue), "nofp8tc" (FP8 GEMVs on the CUDA-core kernel), "nofp8normpair"
+// (the FP8 norm-prologue launch one row a warp). Asked on every launch: a bit test, the token
+// text is parsed once. (gemv room, additive)
+enum class GemvAb : unsigned { kOldGrid, kNoGroup, kOldLmHead, kNoFp8Group, kNoFold, kNoFp8Tc, kNoFp8NormPair, kCount };
+bool gemv_ab(GemvAb which);
 // Dense, m <= 8, tensor-core GEMV (gemv_tc.cuh): the default where gemv_tc_ok(w) (bf16, or
 // FP8 with block_rows % 16 == 0 and block_cols % 64 == 0) on the vector path.
 bool gemv_tc_ok(const rs::cuda::DeviceMatrix& w);

@@ -66,7 +66,7 @@ bool vector_path_ok(const DeviceMatrix& w, const void* x) {
 // and for few rows (it splits the width across warps).
 bool gemv_takes_tensor_cores(const DeviceMatrix& w, int m) {
   const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
-  if (fp8 && kern::gemv_ab("nofp8tc")) return false;  // A/B: FP8 GEMVs on the CUDA-core kernel
+  if (fp8 && kern::gemv_ab(kern::GemvAb::kNoFp8Tc)) return false;  // A/B: FP8 GEMVs on the CUDA-core kernel
   return kern::gemv_tc_ok(w) && (fp8 ? w.rows >= 1024 : (m >= 2 || w.cols <= 1024));
 }
 
@@ -335,19 +335,10 @@ void linear(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16*
     return;
   }
   if (m <= kern::gemv_max_tokens()) {
-    if (kern::gemv_stream_on(kern::kGemvStreamDense, m, w.type == WeightType::FP8_E4M3_BLOCK)) {  // 1-2 tokens: the streaming GEMV first
-      kern::DenseGemvParams p;
-      p.w[0] = w;
-      p.y[0] = y;
-      p.jobs = 1;
-      p.x = x;
-      p.m = m;
-      if (kern::launch_gemv_stream(p, sms, stream)) {
-        check_launch("linear (streaming gemv)");
-        return;
-      }
-    }
-    if (gemv_takes_tensor_cores(w, m)) kern::launch_gemv_tc(w, x, m, y, sms, stream);
+    // Calls meant for the streaming GEMV go to launch_gemv_dense, which tries it first and falls
+    // back to the register GEMV where its checks fail.
+    const bool stream_first = kern::gemv_stream_on(kern::kGemvStreamDense, m, w.type == WeightType::FP8_E4M3_BLOCK);
+    if (!stream_first && gemv_takes_tensor_cores(w, m)) kern::launch_gemv_tc(w, x, m, y, sms, stream);
     else if (!kern::launch_gemv_dense(w, x, m, y, sms, stream)) throw Error("linear: the GEMV did not launch for " + describe(w));
     check_launch("linear (gemv)");
     return;
@@ -407,18 +398,18 @@ void linear_group(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* x, int
   // even where one alone would take the tensor-core GEMV (FP8 q_proj): measured on an H200, the
   // one grouped launch (with the norm folded in) beat the tensor-core q_proj + CUDA-core kv_a
   // by 28 us a decode step (docs/perf/matmul.md); RS_GEMV_AB=nofp8group keeps them apart.
-  bool one_launch = n_jobs > 1 && m <= kern::gemv_max_tokens() && !kern::gemv_ab("nogroup");
+  bool one_launch = n_jobs > 1 && m <= kern::gemv_max_tokens() && !kern::gemv_ab(kern::GemvAb::kNoGroup);
   for (int i = 0; i < n_jobs && one_launch; ++i) {
     const DeviceMatrix& w = jobs[i].w;
     const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
     one_launch = w.type == jobs[0].w.type && vector_path_ok(w, x) &&
-                 (!gemv_takes_tensor_cores(w, m) || (fp8 && !kern::gemv_ab("nofp8group")) ||
+                 (!gemv_takes_tensor_cores(w, m) || (fp8 && !kern::gemv_ab(kern::GemvAb::kNoFp8Group)) ||
                   kern::gemv_stream_on(kern::kGemvStreamGroup, m, fp8));
   }
   // The norm as the launch's prologue: its rows must fit the blocks' shared memory, and the
   // residual / deltas take the add_rmsnorm kernel's float4 / 8-byte loads.
   auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
-  const bool fold = norm && one_launch && !kern::gemv_ab("nofold") && m <= kern::kGemvNormMaxTokens &&
+  const bool fold = norm && one_launch && !kern::gemv_ab(kern::GemvAb::kNoFold) && m <= kern::kGemvNormMaxTokens &&
                     int64_t(m) * norm->hidden <= kern::kGemvNormMaxElems && norm->hidden % 4 == 0 &&
                     aligned(norm->residual, 16) && aligned(norm->weight, 16) && aligned(norm->delta0, 8) &&
                     aligned(norm->delta1, 8) && aligned(norm->delta2, 8);
