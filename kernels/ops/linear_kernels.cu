@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/common/sm_count.h"
 #include "kernels/common/smem_optin.h"
 #include "kernels/ops/gemm.cuh"
 #include "kernels/ops/gemv.cuh"
@@ -116,18 +117,6 @@ int blocks_for(int64_t work_items, int items_per_block, int sm_count, int max_wa
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(need, int64_t(sm_count) * max_waves)));
 }
 
-// Resident blocks of one instantiation per SM (registers decide: 3 for one row and <= 2
-// tokens, see gemv_min_blocks), asked once per instantiation.
-template <class Kernel>
-int resident_blocks_per_sm(Kernel k) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kGemvThreads, 0) != cudaSuccess || n <= 0) {
-    cudaGetLastError();
-    n = 1;
-  }
-  return n;
-}
-
 // The norm prologue's counter on the current device (per host thread: ranks launch from their
 // own threads, so a shared cache would race); nullptr when it cannot be found.
 unsigned* gemv_norm_counter() {
@@ -144,12 +133,12 @@ unsigned* gemv_norm_counter() {
 template <bool kFp8, int RPW, int MT, int U, bool kPdl, class OutT>
 bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
   void (*kernel)(DenseGemvParams) = gemv_dense_kernel<kFp8, RPW, MT, U, kPdl, OutT>;
-  static const int per_sm_plain = resident_blocks_per_sm(kernel);
+  static const int per_sm_plain = resident_blocks_per_sm(kernel, kGemvThreads);
   int per_sm = per_sm_plain;
   if constexpr (MT <= kGemvNormMaxTokens && std::is_same_v<OutT, __nv_bfloat16>) {
     if (p.norm_residual) {
       kernel = gemv_norm_dense_kernel<kFp8, RPW, MT, U, kPdl>;
-      static const int per_sm_norm = resident_blocks_per_sm(kernel);
+      static const int per_sm_norm = resident_blocks_per_sm(kernel, kGemvThreads);
       per_sm = per_sm_norm;
       p.norm_counter = gemv_norm_counter();
       if (!p.norm_counter) return false;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "kernels/common/sm_count.h"
 #include "kernels/ops/expert_decode.cuh"
 #include "kernels/ops/expert_gemm.cuh"
 #include "kernels/ops/matmul_launch.h"
@@ -76,18 +77,6 @@ __global__ void expert_decode_combine_kernel(ExpertGemmParams p) {
   expert_combine_op(p);
 }
 
-// Resident blocks per SM of a kernel (asked once per instantiation, outside any capture in
-// practice: the first call is a warm-up), at least 1.
-template <class K>
-int resident_blocks(K kernel, int threads) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess) {
-    cudaGetLastError();
-    n = 1;
-  }
-  return std::max(n, 1);
-}
-
 template <bool kFp8, int MT, int RP, int DR>
 void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   // Weight chunks per lane per batch: a whole 2048-wide gate/up row (bf16 256 chunks, FP8 128);
@@ -96,8 +85,8 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   constexpr int U = kFp8 ? 4 : 8, UD = kFp8 ? 3 : 6;
   auto* gate_up = expert_decode_gate_up_kernel<kFp8, MT, U, RP>;
   auto* down = expert_decode_down_kernel<kFp8, MT, UD, DR>;
-  static const int occ_gu = resident_blocks(gate_up, kGemvThreads);
-  static const int occ_d = resident_blocks(down, kGemvThreads);
+  static const int occ_gu = resident_blocks_per_sm(gate_up, kGemvThreads);
+  static const int occ_d = resident_blocks_per_sm(down, kGemvThreads);
   const int64_t slots = p.experts.n_shared + std::min(p.experts.num_experts, p.m * p.top_k);
   const int64_t items = slots * ((p.experts.inter + RP - 1) / RP);
   const int64_t gu_blocks = (items + kGemvWarps - 1) / kGemvWarps;
@@ -144,8 +133,8 @@ void launch_expert_decode_grouped(const ExpertGemmParams& p, int sm_count, cudaS
   // lane in flight (8 KB of weights per warp, 3 blocks of 4 warps per SM), down 4 x (2 + 2)
   // (4 KB per warp, 4 blocks per SM): ~100 KB / ~64 KB of weights in flight per SM.
   constexpr int UG = 4, UD = 4;
-  static const int occ_gu = resident_blocks(expert_tc_gate_up_kernel<UG>, kExpertTcThreads);
-  static const int occ_d = resident_blocks(expert_tc_down_kernel<UD>, kExpertTcThreads);
+  static const int occ_gu = resident_blocks_per_sm(expert_tc_gate_up_kernel<UG>, kExpertTcThreads);
+  static const int occ_d = resident_blocks_per_sm(expert_tc_down_kernel<UD>, kExpertTcThreads);
   launch_pdl(expert_decode_group_kernel, dim3(1), dim3(kMaxExperts), 0, s, p);
   const int64_t gu_items = int64_t(p.max_tiles) * ((p.experts.inter + 15) / 16);
   const int64_t d_items = int64_t(p.max_tiles) * ((p.experts.hidden + 15) / 16);
