@@ -11,6 +11,7 @@
 
 #include "backend/cpu/moe_routing.h"
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/gpu_sampler.h"
 #include "backend/sampling.h"
 #include "kernels/ops/mla_decode_params.h"
 #include "kernels/ops/mla_prefill_params.h"
@@ -271,16 +272,7 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
     states[r].draw_index = uint64_t(r / ps.size()) * 13;
     if (r % ps.size() >= first_masked) states[r].allowed = mask;
     rs::cuda::SampleRow& row = rows[r];
-    row.temperature = p.temperature;
-    row.top_p = p.top_p;
-    row.min_p = p.min_p;
-    row.presence = p.presence_penalty;
-    row.frequency = p.frequency_penalty;
-    row.repetition = p.repetition_penalty;
-    row.top_k = p.top_k;
-    row.logprobs = p.logprobs;
-    row.uniform = p.temperature < 1e-5f ? 0.f : rs::sampling_uniform(p.seed, states[r].draw_index);
-    row.logits_row = r;
+    row = rs::cuda::sample_row_of(p, states[r].draw_index, r);
     row.prompt_off = 0;
     row.prompt_len = int(prompt.size());
     row.output_off = int(prompt.size());
@@ -351,13 +343,7 @@ TEST_CASE("sampler: a real-size vocabulary through the segment pre-pass (ties ac
     const rs::SamplingParams& p = ps[r % ps.size()];
     states[r].params = &p;
     states[r].draw_index = uint64_t(r);
-    cu::SampleRow& row = rows[r];
-    row.temperature = p.temperature;
-    row.top_p = p.top_p;
-    row.top_k = p.top_k;
-    row.logprobs = p.logprobs;
-    row.uniform = p.temperature < 1e-5f ? 0.f : rs::sampling_uniform(p.seed, states[r].draw_index);
-    row.logits_row = r;
+    rows[r] = cu::sample_row_of(p, states[r].draw_index, r);
   }
   auto got = sample_on_gpu(logits, rows, {0}, V);
   for (int r = 0; r < R; ++r) {

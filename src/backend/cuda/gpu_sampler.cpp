@@ -13,9 +13,23 @@ GpuSampler::~GpuSampler() {
   if (tokens_h_) cudaFreeHost(tokens_h_);
 }
 
+SampleRow sample_row_of(const SamplingParams& p, uint64_t draw_index, int logits_row) {
+  SampleRow r;
+  r.temperature = p.temperature;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.presence = p.presence_penalty;
+  r.frequency = p.frequency_penalty;
+  r.repetition = p.repetition_penalty;
+  r.top_k = p.top_k;
+  r.logprobs = std::min(p.logprobs, kMaxTopLogprobs);
+  r.uniform = p.temperature < 1e-5f ? 0.f : sampling_uniform(p.seed, draw_index);
+  r.logits_row = logits_row;
+  return r;
+}
+
 void GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) {
   const int n = static_cast<int>(reqs.size());
-  n_ = n;
   logprobs_wanted_.assign(n, -1);
   if (n == 0) return;
   if (n > cap_rows_) {
@@ -45,17 +59,7 @@ void GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) 
   for (int i = 0; i < n; ++i) {
     const SamplingState& st = *reqs[i].state;
     const SamplingParams& p = st.params ? *st.params : kGreedy;
-    SampleRow r;
-    r.temperature = p.temperature;
-    r.top_p = p.top_p;
-    r.min_p = p.min_p;
-    r.presence = p.presence_penalty;
-    r.frequency = p.frequency_penalty;
-    r.repetition = p.repetition_penalty;
-    r.top_k = p.top_k;
-    r.logprobs = std::min(p.logprobs, kMaxTopLogprobs);
-    r.uniform = p.temperature < 1e-5f ? 0.f : sampling_uniform(p.seed, st.draw_index);
-    r.logits_row = reqs[i].logits_row;
+    SampleRow r = sample_row_of(p, st.draw_index, reqs[i].logits_row);
     if (p.repetition_penalty != 1.0f) {
       r.prompt_off = static_cast<int>(pool.size());
       r.prompt_len = static_cast<int>(st.prompt_tokens.size());
@@ -99,7 +103,7 @@ void GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) 
 }
 
 void GpuSampler::launch(const float* logits, cudaStream_t stream) {
-  const int n = n_;
+  const int n = static_cast<int>(logprobs_wanted_.size());  // the requests of the last prepare()
   if (n == 0) return;
   SamplingParamsDev d;
   d.logits = logits;

@@ -11,6 +11,10 @@
 
 namespace rs::cuda {
 
+// A request's sampling parameters as the kernel reads them (the caller fills the offsets into
+// the token pool: penalties, mask, logit bias).
+SampleRow sample_row_of(const SamplingParams& p, uint64_t draw_index, int logits_row);
+
 class GpuSampler {
  public:
   struct Request {
@@ -31,7 +35,6 @@ class GpuSampler {
  private:
   int vocab_;
   int cap_rows_ = 0;
-  int n_ = 0;  // requests of the last prepare()
   DeviceBuffer work_, flags_, counts_, rows_d_, tokens_d_, stats_;
   SampleRow* rows_h_ = nullptr;
   SampleResult* results_h_ = nullptr;  // mapped: the kernel writes it through results_dev_
