@@ -30,124 +30,24 @@ bool skip_without_gpu(const char* name) {
   return true;
 }
 
-// One weight matrix, dequantised on the host and as the kernels read it on the device.
-struct Weight {
-  int64_t rows, cols;
-  std::vector<float> v;  // row-major, dequantised (exact in fp32: bf16, or e4m3 x an fp32 scale)
-  std::unique_ptr<DeviceBuf<uint16_t>> bf16;
-  std::unique_ptr<DeviceBuf<uint8_t>> fp8;
-  std::unique_ptr<DeviceBuf<float>> scale;
-  DeviceMatrix dm;
-  Weight(WeightType t, int64_t r, int64_t c, Rng& rng) : rows(r), cols(c), v(size_t(r * c)) {
-    dm.type = t;
-    dm.rows = r;
-    dm.cols = c;
-    if (t == WeightType::BF16) {
-      const auto h = rng.bf16(size_t(r * c));
-      for (size_t i = 0; i < h.size(); ++i) v[i] = bf16_to_float(h[i]);
-      bf16 = std::make_unique<DeviceBuf<uint16_t>>(h);
-      dm.data = bf16->ptr;
-      return;
-    }
-    const auto h = rng.e4m3(size_t(r * c));
-    const int64_t sr = (r + 127) / 128, sc = (c + 127) / 128;
-    std::vector<float> s(size_t(sr * sc));
-    for (auto& x : s) x = rng.uniform(0.01f, 0.1f);
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t k = 0; k < c; ++k) v[size_t(i * c + k)] = e4m3_to_float(h[size_t(i * c + k)]) * s[size_t((i / 128) * sc + k / 128)];
-    fp8 = std::make_unique<DeviceBuf<uint8_t>>(h);
-    scale = std::make_unique<DeviceBuf<float>>(s);
-    dm.data = fp8->ptr;
-    dm.scale_inv = scale->ptr;
-  }
-  double dot(int64_t row, const double* x) const {
-    double a = 0;
-    for (int64_t k = 0; k < cols; ++k) a += double(v[size_t(row * cols + k)]) * x[k];
-    return a;
-  }
-};
-
 struct Shape {
   int E, hidden, inter, top_k, n_shared;
 };
 
-struct Experts {
+// The shared MoE fixture (linear_test_util.h) at a test shape, FP8 block scales in [0.01, 0.1).
+struct Experts : MoeFixture {
   Shape sh;
-  WeightType type;
-  std::vector<std::unique_ptr<Weight>> gate, up, down;
-  std::unique_ptr<Weight> sgate, sup, sdown;
-  std::unique_ptr<DeviceExpertTables> tables;
-  rs::cuda::MoeExperts ex;
-
-  Experts(WeightType t, Shape s, Rng& rng) : sh(s), type(t) {
-    std::vector<DeviceMatrix> g, u, d;
-    for (int e = 0; e < s.E; ++e) {
-      gate.push_back(std::make_unique<Weight>(t, s.inter, s.hidden, rng));
-      up.push_back(std::make_unique<Weight>(t, s.inter, s.hidden, rng));
-      down.push_back(std::make_unique<Weight>(t, s.hidden, s.inter, rng));
-      g.push_back(gate.back()->dm);
-      u.push_back(up.back()->dm);
-      d.push_back(down.back()->dm);
-    }
-    tables = std::make_unique<DeviceExpertTables>(g, u, d);
-    ex = tables->experts(s.hidden, s.inter, t);
-    if (s.n_shared > 0) {  // HF layout: one dense MLP n_shared * inter wide
-      sgate = std::make_unique<Weight>(t, int64_t(s.n_shared) * s.inter, s.hidden, rng);
-      sup = std::make_unique<Weight>(t, int64_t(s.n_shared) * s.inter, s.hidden, rng);
-      sdown = std::make_unique<Weight>(t, s.hidden, int64_t(s.n_shared) * s.inter, rng);
-      ex.n_shared = s.n_shared;
-      ex.shared_gate = sgate->dm;
-      ex.shared_up = sup->dm;
-      ex.shared_down = sdown->dm;
-    }
-  }
-
-  // out[t] = sum_j w[t,j] down_e(silu(gate_e x_t) * up_e x_t) + shared MLP(x_t)
-  std::vector<double> reference(int m, const std::vector<uint16_t>& xh, const std::vector<int>& ids,
-                                const std::vector<float>& w) const {
-    const auto x = to_double(xh);
-    std::vector<double> out(size_t(m) * sh.hidden, 0.0);
-    auto mlp = [&](const Weight& g, const Weight& u, const Weight& d, int t, double wt) {
-      std::vector<double> h(size_t(g.rows));
-      for (int64_t i = 0; i < g.rows; ++i) {
-        const double gv = g.dot(i, &x[size_t(t) * sh.hidden]);
-        h[size_t(i)] = gv / (1 + std::exp(-gv)) * u.dot(i, &x[size_t(t) * sh.hidden]);
-      }
-      for (int r = 0; r < sh.hidden; ++r) out[size_t(t) * sh.hidden + r] += wt * d.dot(r, h.data());
-    };
-    for (int t = 0; t < m; ++t) {
-      for (int j = 0; j < sh.top_k; ++j) {
-        const int e = ids[size_t(t) * sh.top_k + j];
-        if (e >= 0 && e < sh.E) mlp(*gate[e], *up[e], *down[e], t, w[size_t(t) * sh.top_k + j]);
-      }
-      if (sh.n_shared > 0) mlp(*sgate, *sup, *sdown, t, 1.0);
-    }
-    return out;
-  }
+  Experts(WeightType t, Shape s, Rng& rng)
+      : MoeFixture(t, s.E, s.hidden, s.inter, s.top_k, rng, s.n_shared, Fp8ScaleRange{0.01f, 0.1f}), sh(s) {}
 };
-
-// Distinct experts per token, random weights.
-void route(const Shape& sh, int m, Rng& rng, std::vector<int>& ids, std::vector<float>& w) {
-  ids.assign(size_t(m) * sh.top_k, 0);
-  w.assign(size_t(m) * sh.top_k, 0.f);
-  for (int t = 0; t < m; ++t) {
-    std::vector<int> perm(sh.E);
-    for (int i = 0; i < sh.E; ++i) perm[i] = i;
-    for (int j = 0; j < sh.top_k; ++j) {
-      std::swap(perm[j], perm[j + rng.below(sh.E - j)]);
-      ids[size_t(t) * sh.top_k + j] = perm[j];
-      w[size_t(t) * sh.top_k + j] = rng.uniform(0.05f, 1.f);
-    }
-  }
-}
 
 // `calls` calls in a row on one stream (new routing and x each time), every output checked. The
 // workspace is sized for ws_m >= m tokens (a forward pass sizes it for its largest batch).
 void check_calls(const Experts& f, int m, Rng& rng, int calls, int ws_m = 0) {
   const Shape sh = f.sh;
   const WeightType type = f.type;
-  if (sh.n_shared > 0) REQUIRE(rs::cuda::moe_can_fuse_shared(f.ex, m));
-  const size_t ws_bytes = rs::cuda::moe_workspace_bytes(std::max(m, ws_m), sh.top_k, f.ex);
+  if (sh.n_shared > 0) REQUIRE(rs::cuda::moe_can_fuse_shared(f.experts, m));
+  const size_t ws_bytes = rs::cuda::moe_workspace_bytes(std::max(m, ws_m), sh.top_k, f.experts);
   DeviceBuf<uint8_t> ws(ws_bytes);
   DeviceBuf<uint16_t> x(size_t(m) * sh.hidden), out(size_t(m) * sh.hidden);
   DeviceBuf<int> dids(size_t(m) * sh.top_k);
@@ -155,13 +55,13 @@ void check_calls(const Experts& f, int m, Rng& rng, int calls, int ws_m = 0) {
   for (int c = 0; c < calls; ++c) {
     std::vector<int> ids;
     std::vector<float> w;
-    route(sh, m, rng, ids, w);
+    f.route(m, rng, ids, w, false);
     const auto xh = rng.bf16(size_t(m) * sh.hidden);
     x.upload(xh);
     dids.upload(ids);
     dw.upload(w);
     out.poison();
-    rs::cuda::moe_experts(f.ex, reinterpret_cast<const __nv_bfloat16*>(x.ptr), m, sh.top_k, dids.ptr, dw.ptr,
+    rs::cuda::moe_experts(f.experts, reinterpret_cast<const __nv_bfloat16*>(x.ptr), m, sh.top_k, dids.ptr, dw.ptr,
                           reinterpret_cast<__nv_bfloat16*>(out.ptr), {ws.ptr, ws_bytes}, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "moe_experts");
     const auto st = relative_error(out.download(), f.reference(m, xh, ids, w));
@@ -244,14 +144,14 @@ TEST_CASE("few-token expert kernels replay from a CUDA graph with changing routi
       Rng rng(9500 + m + (type == WeightType::BF16 ? 0 : 10));
       const Shape sh{16, 512, 256, 4, 2};
       Experts f(type, sh, rng);
-      const size_t ws_bytes = rs::cuda::moe_workspace_bytes(m, sh.top_k, f.ex);
+      const size_t ws_bytes = rs::cuda::moe_workspace_bytes(m, sh.top_k, f.experts);
       DeviceBuf<uint8_t> ws(ws_bytes);
       DeviceBuf<uint16_t> x(size_t(m) * sh.hidden), out(size_t(m) * sh.hidden);
       DeviceBuf<int> dids(size_t(m) * sh.top_k);
       DeviceBuf<float> dw(size_t(m) * sh.top_k);
       std::vector<int> ids;
       std::vector<float> w;
-      route(sh, m, rng, ids, w);
+      f.route(m, rng, ids, w, false);
       auto xh = rng.bf16(size_t(m) * sh.hidden);
       x.upload(xh);
       dids.upload(ids);
@@ -259,7 +159,7 @@ TEST_CASE("few-token expert kernels replay from a CUDA graph with changing routi
       cudaStream_t s;
       cuda_ok(cudaStreamCreate(&s), "stream");
       auto call = [&] {
-        rs::cuda::moe_experts(f.ex, reinterpret_cast<const __nv_bfloat16*>(x.ptr), m, sh.top_k, dids.ptr, dw.ptr,
+        rs::cuda::moe_experts(f.experts, reinterpret_cast<const __nv_bfloat16*>(x.ptr), m, sh.top_k, dids.ptr, dw.ptr,
                               reinterpret_cast<__nv_bfloat16*>(out.ptr), {ws.ptr, ws_bytes}, s);
       };
       call();  // outside capture: one-time setup
@@ -271,7 +171,7 @@ TEST_CASE("few-token expert kernels replay from a CUDA graph with changing routi
       cudaGraphExec_t ge;
       cuda_ok(cudaGraphInstantiate(&ge, g, 0), "instantiate");
       for (int round = 0; round < 3; ++round) {
-        route(sh, m, rng, ids, w);
+        f.route(m, rng, ids, w, false);
         xh = rng.bf16(size_t(m) * sh.hidden);
         dids.upload(ids);
         dw.upload(w);

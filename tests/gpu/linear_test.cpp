@@ -33,46 +33,6 @@ bool skip_without_gpu(const char* name) {
   return true;
 }
 
-// A weight matrix on host (for the reference) and device (for the kernels).
-struct TestMatrix {
-  WeightType type;
-  int64_t rows, cols;
-  std::vector<float> values;  // dequantised, row-major
-  std::unique_ptr<DeviceBuf<uint16_t>> bf16;
-  std::unique_ptr<DeviceBuf<uint8_t>> fp8;
-  std::unique_ptr<DeviceBuf<float>> scales;
-  DeviceMatrix dm;
-
-  TestMatrix(WeightType t, int64_t r, int64_t c, Rng& rng) : type(t), rows(r), cols(c), values(r * c) {
-    dm.type = t;
-    dm.rows = r;
-    dm.cols = c;
-    if (t == WeightType::BF16) {
-      auto h = rng.bf16(r * c);
-      for (size_t i = 0; i < h.size(); ++i) values[i] = bf16_to_float(h[i]);
-      bf16 = std::make_unique<DeviceBuf<uint16_t>>(h);
-      dm.data = bf16->ptr;
-    } else {
-      auto h = rng.e4m3(r * c);
-      const int64_t sr = (r + 127) / 128, sc = (c + 127) / 128;
-      std::vector<float> s(sr * sc);
-      for (auto& v : s) v = rng.uniform(0.001f, 0.01f);
-      for (int64_t i = 0; i < r; ++i)
-        for (int64_t k = 0; k < c; ++k)
-          values[i * c + k] = e4m3_to_float(h[i * c + k]) * s[(i / 128) * sc + k / 128];
-      fp8 = std::make_unique<DeviceBuf<uint8_t>>(h);
-      scales = std::make_unique<DeviceBuf<float>>(s);
-      dm.data = fp8->ptr;
-      dm.scale_inv = scales->ptr;
-    }
-  }
-  double dot(int64_t row, const std::vector<double>& x, int64_t x0) const {
-    double acc = 0;
-    for (int64_t k = 0; k < cols; ++k) acc += double(values[row * cols + k]) * x[x0 + k];
-    return acc;
-  }
-};
-
 struct LinearCase {
   WeightType type;
   int64_t rows, cols;
@@ -214,88 +174,6 @@ TEST_CASE("swiglu matches the reference") {
 }
 
 namespace {
-
-struct MoeFixture {
-  int E, hidden, inter, top_k;
-  WeightType type;
-  std::vector<std::unique_ptr<TestMatrix>> gate, up, down;
-  std::unique_ptr<DeviceExpertTables> tables;
-  rs::cuda::MoeExperts experts;
-  // Shared experts as HF stores them: [n_shared * inter, hidden] gate / up, [hidden, n_shared *
-  // inter] down. The reference runs them as one dense SwiGLU MLP of that width.
-  int n_shared = 0;
-  std::unique_ptr<TestMatrix> sgate, sup, sdown;
-
-  MoeFixture(WeightType t, int e, int hid, int in, int k, Rng& rng, int shared = 0)
-      : E(e), hidden(hid), inter(in), top_k(k), type(t), n_shared(shared) {
-    std::vector<DeviceMatrix> hg, hu, hd;
-    for (int i = 0; i < E; ++i) {
-      gate.push_back(std::make_unique<TestMatrix>(t, inter, hidden, rng));
-      up.push_back(std::make_unique<TestMatrix>(t, inter, hidden, rng));
-      down.push_back(std::make_unique<TestMatrix>(t, hidden, inter, rng));
-      hg.push_back(gate.back()->dm);
-      hu.push_back(up.back()->dm);
-      hd.push_back(down.back()->dm);
-    }
-    tables = std::make_unique<DeviceExpertTables>(hg, hu, hd);
-    experts = tables->experts(hidden, inter, t);
-    if (n_shared > 0) {
-      sgate = std::make_unique<TestMatrix>(t, int64_t(n_shared) * inter, hidden, rng);
-      sup = std::make_unique<TestMatrix>(t, int64_t(n_shared) * inter, hidden, rng);
-      sdown = std::make_unique<TestMatrix>(t, hidden, int64_t(n_shared) * inter, rng);
-      experts.n_shared = n_shared;
-      experts.shared_gate = sgate->dm;
-      experts.shared_up = sup->dm;
-      experts.shared_down = sdown->dm;
-    }
-  }
-
-  // Distinct experts per token; an id of -1 (if allowed) selects nothing.
-  void route(int m, Rng& rng, std::vector<int>& ids, std::vector<float>& w, bool with_invalid) const {
-    ids.assign(size_t(m) * top_k, 0);
-    w.assign(size_t(m) * top_k, 0.f);
-    for (int t = 0; t < m; ++t) {
-      std::vector<int> perm(E);
-      for (int i = 0; i < E; ++i) perm[i] = i;
-      for (int j = 0; j < top_k; ++j) {
-        std::swap(perm[j], perm[j + rng.below(E - j)]);
-        ids[size_t(t) * top_k + j] = perm[j];
-        w[size_t(t) * top_k + j] = rng.uniform(0.05f, 1.f);
-      }
-    }
-    if (with_invalid && m > 0) ids[0] = -1;
-  }
-
-  std::vector<double> reference(int m, const std::vector<uint16_t>& xh, const std::vector<int>& ids,
-                                const std::vector<float>& w) const {
-    const auto xd = to_double(xh);
-    std::vector<double> out(size_t(m) * hidden, 0.0), h(inter);
-    for (int t = 0; t < m; ++t)
-      for (int j = 0; j < top_k; ++j) {
-        const int e = ids[size_t(t) * top_k + j];
-        if (e < 0 || e >= E) continue;
-        for (int i = 0; i < inter; ++i) {
-          const double g = gate[e]->dot(i, xd, int64_t(t) * hidden);
-          const double u = up[e]->dot(i, xd, int64_t(t) * hidden);
-          h[i] = g / (1 + std::exp(-g)) * u;
-        }
-        for (int r = 0; r < hidden; ++r)
-          out[size_t(t) * hidden + r] += w[size_t(t) * top_k + j] * down[e]->dot(r, h, 0);
-      }
-    if (n_shared > 0) {
-      std::vector<double> hs(size_t(n_shared) * inter);
-      for (int t = 0; t < m; ++t) {
-        for (size_t i = 0; i < hs.size(); ++i) {
-          const double g = sgate->dot(int64_t(i), xd, int64_t(t) * hidden);
-          const double u = sup->dot(int64_t(i), xd, int64_t(t) * hidden);
-          hs[i] = g / (1 + std::exp(-g)) * u;
-        }
-        for (int r = 0; r < hidden; ++r) out[size_t(t) * hidden + r] += sdown->dot(r, hs, 0);
-      }
-    }
-    return out;
-  }
-};
 
 struct MoeShape {
   int E = 12, hidden = 272, inter = 176, top_k = 4, n_shared = 0;
@@ -530,6 +408,25 @@ TEST_CASE("moe_experts refuses shared experts it cannot fold in, with a clear er
 // ---- Grouped dense GEMV (linear_group) and the lm_head's fp32-output GEMV path ----------------
 namespace {
 
+// Every job's output y[j] = x . w[j]^T (m rows of x) against the fp64 reference.
+void check_group_outputs(const std::vector<std::unique_ptr<TestMatrix>>& w,
+                         const std::vector<std::unique_ptr<DeviceBuf<uint16_t>>>& y, const std::vector<uint16_t>& xh,
+                         int m) {
+  const auto xd = to_double(xh);
+  for (size_t j = 0; j < w.size(); ++j) {
+    const int64_t rows = w[j]->rows, cols = w[j]->cols;
+    std::vector<double> ref(size_t(m) * rows);
+    for (int tok = 0; tok < m; ++tok)
+      for (int64_t r = 0; r < rows; ++r) ref[size_t(tok) * rows + r] = w[j]->dot(r, xd, int64_t(tok) * cols);
+    const auto st = relative_error(y[j]->download(), ref);
+    INFO("linear_group " << (w[j]->type == WeightType::BF16 ? "bf16" : "fp8") << " job " << j << " of " << w.size()
+                         << " rows=" << rows << " cols=" << cols << " m=" << m << " rel=" << st.rel
+                         << " nan=" << st.nan);
+    CHECK(st.nan == 0);
+    CHECK(st.rel <= kTolerance);
+  }
+}
+
 // Jobs of one width over the same x; every job's output against the fp64 reference.
 void check_group(WeightType t, const std::vector<int64_t>& rows, int64_t cols, int m, uint64_t seed) {
   Rng rng(seed);
@@ -551,18 +448,7 @@ void check_group(WeightType t, const std::vector<int64_t>& rows, int64_t cols, i
   rs::cuda::linear_group(jobs.data(), int(jobs.size()), reinterpret_cast<const __nv_bfloat16*>(x.ptr), m,
                          {ws.ptr, wsb}, nullptr);
   cuda_ok(cudaDeviceSynchronize(), "linear_group");
-  const auto xd = to_double(xh);
-  for (size_t j = 0; j < rows.size(); ++j) {
-    std::vector<double> ref(size_t(m) * rows[j]);
-    for (int tok = 0; tok < m; ++tok)
-      for (int64_t r = 0; r < rows[j]; ++r) ref[size_t(tok) * rows[j] + r] = w[j]->dot(r, xd, int64_t(tok) * cols);
-    const auto st = relative_error(y[j]->download(), ref);
-    INFO("linear_group " << (t == WeightType::BF16 ? "bf16" : "fp8") << " job " << j << " of " << rows.size()
-                         << " rows=" << rows[j] << " cols=" << cols << " m=" << m << " rel=" << st.rel
-                         << " nan=" << st.nan);
-    CHECK(st.nan == 0);
-    CHECK(st.rel <= kTolerance);
-  }
+  check_group_outputs(w, y, xh, m);
 }
 
 // launch_lm_head: logits[i, v] = x[rows[i]] . w[v] in fp32, against fp64 (fp32 accumulation
@@ -770,16 +656,7 @@ void check_group_norm(WeightType t, const std::vector<int64_t>& rows, int64_t co
     const auto xh = x.download();
     CHECK(xh == x_ref.download());
     CHECK(res.download() == res_ref.download());
-    const auto xd = to_double(xh);
-    for (size_t j = 0; j < rows.size(); ++j) {
-      std::vector<double> ref(size_t(m) * rows[j]);
-      for (int tok = 0; tok < m; ++tok)
-        for (int64_t r = 0; r < rows[j]; ++r) ref[size_t(tok) * rows[j] + r] = w[j]->dot(r, xd, int64_t(tok) * cols);
-      const auto st = relative_error(y[j]->download(), ref);
-      INFO("job " << j << " rows=" << rows[j] << " rel=" << st.rel << " nan=" << st.nan);
-      CHECK(st.nan == 0);
-      CHECK(st.rel <= kTolerance);
-    }
+    check_group_outputs(w, y, xh, m);
   }
 }
 
