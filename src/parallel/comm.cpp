@@ -1,6 +1,7 @@
 #include "parallel/comm.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/error.h"
 #include "kernels/comm/comm_launch.h"
@@ -57,13 +58,11 @@ const char* fused_variant_name(FusedVariant v) {
 }
 
 Comm::Comm(const Topology& topo, const CommConfig& config) : topo_(topo), config_(config) {
-  if (config.fused_threads < 32 || config.fused_threads > comm::kFusedMaxThreads || config.fused_threads % 32 != 0)
-    throw Error("comm config: fused_threads " + std::to_string(config.fused_threads) +
-                " must be a multiple of 32 in 32.." + std::to_string(comm::kFusedMaxThreads));
-  if (config.fused_decode_threads < 32 || config.fused_decode_threads > comm::kFusedMaxThreads ||
-      config.fused_decode_threads % 32 != 0)
-    throw Error("comm config: fused_decode_threads " + std::to_string(config.fused_decode_threads) +
-                " must be a multiple of 32 in 32.." + std::to_string(comm::kFusedMaxThreads));
+  for (const auto& [name, threads] : {std::pair<const char*, int>{"fused_threads", config.fused_threads},
+                                      {"fused_decode_threads", config.fused_decode_threads}})
+    if (threads < 32 || threads > comm::kFusedMaxThreads || threads % 32 != 0)
+      throw Error(std::string("comm config: ") + name + " " + std::to_string(threads) +
+                  " must be a multiple of 32 in 32.." + std::to_string(comm::kFusedMaxThreads));
   enable_peer_access(topo.devices());
   {
     int current = 0;
