@@ -14,6 +14,7 @@
 #include "kernels/ops/linear_params.h"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/matmul_pdl.cuh"
+#include "kernels/ops/rmsnorm.cuh"
 
 namespace rs::kern {
 
@@ -149,19 +150,16 @@ __device__ __forceinline__ void gemv_store(__nv_bfloat16* y, int64_t i, float v)
 __device__ __forceinline__ void gemv_store(float* y, int64_t i, float v) { y[i] = v; }
 
 // The norm prologue (DenseGemvParams::norm_*): x[t] = rmsnorm(residual[t] + d0 + d1 + d2) into
-// shared memory `xs` [m][cols], with add_rmsnorm_row's arithmetic (256 threads, the same float4
-// chunk per thread, the same sums in the same order and the same block reduction), so the
-// products see the bits the separate add_rmsnorm kernel would have written. Every block reads
-// the old residual; the last block to finish reading (a ticket on norm_counter, after a fence)
-// (after its products) writes the new residual and x to global memory and re-zeroes the counter:
-// no block can read a residual another block already updated. Runs after pdl_wait (residual and deltas come from
-// predecessors). cols % 4 == 0 (the vector path's % 8 holds).
+// shared memory `xs` [m][cols], with add_rmsnorm_row's arithmetic (its chunk helpers from
+// rmsnorm.cuh, 256 threads, the same float4 chunk per thread, the same sums in the same order and
+// the same block reduction), so the products see the bits the separate add_rmsnorm kernel would
+// have written. Every block reads the old residual; the last block to finish reading (a ticket on
+// norm_counter, after a fence) writes, after its products, the new residual and x to global
+// memory and re-zeroes the counter: no block can read a residual another block already updated.
+// Runs after pdl_wait (residual and deltas come from predecessors). cols % 4 == 0 (the vector
+// path's % 8 holds).
 __device__ __forceinline__ void gemv_norm_add(float4& v, const __nv_bfloat16* d, int64_t i) {
-  if (!d) return;
-  const uint2 u = reinterpret_cast<const uint2*>(d)[i];
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-  v.x += a.x; v.y += a.y; v.z += b.x; v.w += b.y;
+  if (d) rs::cuda::add_bf16x4(v, reinterpret_cast<const uint2*>(d)[i]);
 }
 __device__ __forceinline__ float4 gemv_norm_row_chunk(const DenseGemvParams& p, int64_t off4, int64_t c) {
   float4 v = reinterpret_cast<const float4*>(p.norm_residual)[off4 + c];
@@ -169,12 +167,6 @@ __device__ __forceinline__ float4 gemv_norm_row_chunk(const DenseGemvParams& p, 
   gemv_norm_add(v, p.norm_delta[1], off4 + c);
   gemv_norm_add(v, p.norm_delta[2], off4 + c);
   return v;
-}
-__device__ __forceinline__ uint2 gemv_norm_out4(const float4& v, float inv, const float4& wt) {
-  uint2 o;
-  *reinterpret_cast<__nv_bfloat162*>(&o.x) = __floats2bfloat162_rn(v.x * inv * wt.x, v.y * inv * wt.y);
-  *reinterpret_cast<__nv_bfloat162*>(&o.y) = __floats2bfloat162_rn(v.z * inv * wt.z, v.w * inv * wt.w);
-  return o;
 }
 // Returns thread 0's ticket; the caller hands it to gemv_norm_epilogue after the products, so
 // the atomic's round trip overlaps the weight stream instead of delaying its start.
@@ -195,7 +187,7 @@ __device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p,
     }
     const float inv = rsqrtf(rs::cuda::block_sum(ss, scratch) / cols + p.norm_eps);
     for (int64_t c = tid; c < chunks; c += threads)
-      reinterpret_cast<uint2*>(xs)[off4 + c] = gemv_norm_out4(gemv_norm_row_chunk(p, off4, c), inv, wt[c]);
+      reinterpret_cast<uint2*>(xs)[off4 + c] = rs::cuda::rmsnorm_bf16x4(gemv_norm_row_chunk(p, off4, c), inv, wt[c]);
   }
   __syncthreads();  // every read of the old residual is done; xs is complete
   unsigned ticket = 0;

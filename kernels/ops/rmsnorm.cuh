@@ -8,6 +8,23 @@ namespace rs::cuda {
 constexpr int kAddRmsNormThreads = 256;
 constexpr int kAddRmsNormMaxChunks = 8;  // float4 chunks per thread: hidden <= 8192 on this path
 
+// One float4 chunk of the fp32 residual stream plus one bf16 delta chunk (4 values, 8 bytes).
+// Callers add delta0, delta1, delta2 in that order: the reference's order.
+__device__ __forceinline__ void add_bf16x4(float4& v, const uint2& d) {
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&d.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&d.y));
+  v.x += a.x; v.y += a.y; v.z += b.x; v.w += b.y;
+}
+
+// The normed bf16 chunk v * inv * weight, each value rounded once. Every fused prologue that
+// must match this kernel bit for bit (the grouped GEMV's) calls these two.
+__device__ __forceinline__ uint2 rmsnorm_bf16x4(const float4& v, float inv, const float4& wt) {
+  uint2 o;
+  *reinterpret_cast<__nv_bfloat162*>(&o.x) = __floats2bfloat162_rn(v.x * inv * wt.x, v.y * inv * wt.y);
+  *reinterpret_cast<__nv_bfloat162*>(&o.y) = __floats2bfloat162_rn(v.z * inv * wt.z, v.w * inv * wt.w);
+  return o;
+}
+
 // Statistics in fp32 over the fp32 residual: the residual never passes through bf16, so the
 // stream accumulates exactly as the fp32 reference does except for the bf16 sub-layer outputs.
 // The row lives in registers between the two passes (one round of loads, all issued before the
@@ -43,15 +60,9 @@ __device__ __forceinline__ void add_rmsnorm_row(const AddRmsNormParams& p, int r
   for (int k = 0; k < kAddRmsNormMaxChunks; ++k) {
     const int c = threadIdx.x + k * blockDim.x;
     if (c < chunks) {
-      // Same order as the reference: residual + delta0, then + delta1, then + delta2.
-      auto add = [&](const uint2& d) {
-        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&d.x));
-        const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&d.y));
-        v[k].x += a.x; v[k].y += a.y; v[k].z += b.x; v[k].w += b.y;
-      };
-      if (p.delta0) add(d0[k]);
-      if (p.delta1) add(d1[k]);
-      if (p.delta2) add(d2[k]);
+      if (p.delta0) add_bf16x4(v[k], d0[k]);
+      if (p.delta1) add_bf16x4(v[k], d1[k]);
+      if (p.delta2) add_bf16x4(v[k], d2[k]);
       res[c] = v[k];
       ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
     }
@@ -61,12 +72,7 @@ __device__ __forceinline__ void add_rmsnorm_row(const AddRmsNormParams& p, int r
 #pragma unroll
   for (int k = 0; k < kAddRmsNormMaxChunks; ++k) {
     const int c = threadIdx.x + k * blockDim.x;
-    if (c < chunks) {
-      uint2 o;
-      *reinterpret_cast<__nv_bfloat162*>(&o.x) = __floats2bfloat162_rn(v[k].x * inv * wt[k].x, v[k].y * inv * wt[k].y);
-      *reinterpret_cast<__nv_bfloat162*>(&o.y) = __floats2bfloat162_rn(v[k].z * inv * wt[k].z, v[k].w * inv * wt[k].w);
-      out[c] = o;
-    }
+    if (c < chunks) out[c] = rmsnorm_bf16x4(v[k], inv, wt[k]);
   }
 }
 
