@@ -109,7 +109,7 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
 // A parity wait cannot tell phase k from phase k + 2: a consumer may wait for use i only once the
 // full phase of use i - S has completed, or the wait returns at once on the older phase. So every
 // consumer must wait its uses of a stage in order and never skip ahead by a whole ring: either
-// every consumer waits for every use (the expert and dense streaming kernels), or uses are dealt
+// every consumer waits for every use (the streaming GEMV, gemv_stream.cuh), or uses are dealt
 // round-robin over C consumers with C dividing S (each consumer then owns fixed stages). With C
 // not dividing S (e.g. 4 consumers over 3 stages) a consumer can wait for use i + S before use i
 // has landed, read a stale stage and release it early.
