@@ -62,13 +62,14 @@ __device__ __forceinline__ uint32_t small_slot_tokens(const ExpertGemvParams& p,
 // one warp keeps in flight, and an item costs about one memory round trip whatever its size, so
 // FP8 items take two rows (2 x 2 x 2 KB) to move as many bytes per trip as bf16's one (2 x 4 KB).
 template <bool kFp8, int MT, int U, int RP>
-__device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, SmallRouting& sr) {
+__device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, SmallRouting& sr,
+                                                 WorkGrid wg = launch_work_grid()) {
   constexpr int E = chunk_elems<kFp8>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
   const int64_t per_slot = (inter + RP - 1) / RP;  // items per slot
-  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
-  const int64_t nw = static_cast<int64_t>(gridDim.x) * kGemvWarps;
+  const int64_t gw = static_cast<int64_t>(wg.index) * kGemvWarps + warp;
+  const int64_t nw = static_cast<int64_t>(wg.count) * kGemvWarps;
   pdl_launch_dependents();
   // The first items are shared-expert rows, known before the routing: start them towards L2
   // while the router drains.
@@ -126,17 +127,18 @@ __device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, Smal
 // DR hidden rows per block-iteration (bf16 2, FP8 4: the same bytes per warp-item, see gate_up).
 // red: shared memory [kGemvWarps][DR][MT].
 template <bool kFp8, int MT, int U, int DR>
-__device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRouting& sr, float* red) {
+__device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRouting& sr, float* red,
+                                              WorkGrid wg = launch_work_grid()) {
   constexpr int E = chunk_elems<kFp8>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
   const int64_t groups = (hidden + DR - 1) / DR;
   pdl_launch_dependents();
-  if (warp < ns && blockIdx.x < groups) {  // first rows of this warp's shared slot, towards L2
+  if (warp < ns && wg.index < groups) {  // first rows of this warp's shared slot, towards L2
     const rs::cuda::DeviceMatrix d = expert_matrix(p.experts, p.experts.num_experts + warp, kPartDown);
 #pragma unroll
     for (int r = 0; r < DR; ++r) {
-      const WeightRow wr = weight_row(d, static_cast<int64_t>(blockIdx.x) * DR + r, kFp8);
+      const WeightRow wr = weight_row(d, static_cast<int64_t>(wg.index) * DR + r, kFp8);
       if (!wr.data) continue;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -148,7 +150,7 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
   pdl_wait();  // routing from the router, h from the gate_up kernel
   small_routing(p, sr);
   const int slots = ns + sr.n_active;
-  for (int64_t rg = blockIdx.x; rg < groups; rg += gridDim.x) {  // uniform over the block
+  for (int64_t rg = wg.index; rg < groups; rg += wg.count) {  // uniform over the block
     float acc[DR][MT];
 #pragma unroll
     for (int r = 0; r < DR; ++r)

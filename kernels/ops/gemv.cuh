@@ -11,6 +11,7 @@
 
 #include "kernels/common/bf16_fp8.cuh"
 #include "kernels/common/reduce.cuh"
+#include "kernels/common/work_grid.cuh"
 #include "kernels/ops/linear_params.h"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/matmul_pdl.cuh"
@@ -197,10 +198,11 @@ __device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p,
   }
   return ticket;
 }
+// blocks: how many blocks took a ticket (the grid, or the decode megakernel's CTAs).
 __device__ __forceinline__ void gemv_norm_epilogue(const DenseGemvParams& p, const __nv_bfloat16* xs,
-                                                   unsigned ticket) {
+                                                   unsigned ticket, unsigned blocks = gridDim.x) {
   __shared__ unsigned last;
-  if (threadIdx.x == 0) last = ticket == gridDim.x - 1;
+  if (threadIdx.x == 0) last = ticket == blocks - 1;
   __syncthreads();
   if (!last) return;
   const int64_t chunks = p.w[0].cols / 4;
@@ -225,10 +227,12 @@ __device__ __forceinline__ void gemv_norm_epilogue(const DenseGemvParams& p, con
 // weight traffic of this kernel overlaps the tail of the previous one. (A real load before
 // griddepcontrol.wait was measured slower: the wait held the warp until its loads had landed.)
 // kNorm: the norm prologue above first, x from shared memory `xs` ([m][cols] bf16).
+// wg: this block's place among the blocks sharing the work (the launch grid for a kernel of its
+// own, the CTAs of the decode megakernel there).
 template <bool kFp8, int RPW, int MT, int U, bool kPdl, class OutT, bool kNorm = false>
 __device__ __forceinline__ void gemv_dense_op(const DenseGemvParams& p,
                                               float* red /* smem [kGemvWarps][RPW*MT] */,
-                                              __nv_bfloat16* xs = nullptr) {
+                                              __nv_bfloat16* xs = nullptr, WorkGrid wg = launch_work_grid()) {
   constexpr int E = chunk_elems<kFp8>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int ks = p.ks;
@@ -242,14 +246,14 @@ __device__ __forceinline__ void gemv_dense_op(const DenseGemvParams& p,
   const int64_t groups = p.group_end[p.jobs - 1];
   int64_t i_begin, i_end;  // items: row groups (ks == 1) or block groups (ks > 1)
   if (ks == 1) {
-    const int64_t nw = static_cast<int64_t>(gridDim.x) * kGemvWarps;
-    const int64_t gw = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+    const int64_t nw = static_cast<int64_t>(wg.count) * kGemvWarps;
+    const int64_t gw = static_cast<int64_t>(wg.index) * kGemvWarps + warp;
     i_begin = gw * groups / nw;
     i_end = (gw + 1) * groups / nw;
   } else {
     const int64_t bgs = (groups + groups_per_block - 1) / groups_per_block;
-    i_begin = static_cast<int64_t>(blockIdx.x) * bgs / gridDim.x;
-    i_end = static_cast<int64_t>(blockIdx.x + 1) * bgs / gridDim.x;
+    i_begin = static_cast<int64_t>(wg.index) * bgs / wg.count;
+    i_end = static_cast<int64_t>(wg.index + 1) * bgs / wg.count;
   }
   auto group_of = [&](int64_t i) { return ks == 1 ? i : i * groups_per_block + warp / ks; };
   if constexpr (kPdl) {
@@ -318,7 +322,7 @@ __device__ __forceinline__ void gemv_dense_op(const DenseGemvParams& p,
         }
     }
   }
-  if constexpr (kNorm) gemv_norm_epilogue(p, xs, ticket);
+  if constexpr (kNorm) gemv_norm_epilogue(p, xs, ticket, wg.count);
 }
 
 // Any shape, any alignment: one warp per (row, token), element by element. Only for matrices

@@ -79,7 +79,7 @@ __device__ __forceinline__ void small_routing(const ExpertGemvParams& p, SmallRo
   __syncthreads();
   int e = -1;
   if (threadIdx.x < n) {
-    e = __ldg(p.topk_ids + threadIdx.x);
+    e = p.topk_ids[threadIdx.x];  // plain loads: the decode megakernel's router wrote them in the same launch
     if (e >= 0 && e < E) atomicOr(&sr.mask[e >> 5], 1u << (e & 31));
     else e = -1;
   }
@@ -90,7 +90,7 @@ __device__ __forceinline__ void small_routing(const ExpertGemvParams& p, SmallRo
     const int t = threadIdx.x / p.top_k;
     sr.expert[a] = e;
     atomicOr(&sr.tokens[a], 1u << t);
-    atomicAdd(&sr.weight[t][a], __ldg(p.topk_weights + threadIdx.x));
+    atomicAdd(&sr.weight[t][a], p.topk_weights[threadIdx.x]);
   }
   if (threadIdx.x == 0) {
     int c = 0;

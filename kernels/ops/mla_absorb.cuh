@@ -1,6 +1,7 @@
 #pragma once
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
+#include "kernels/ops/kv_cache.cuh"
 #include "kernels/ops/mla_absorb_params.h"
 #include "kernels/ops/mla_decode_params.h"
 #include "kernels/ops/rope.cuh"
@@ -129,8 +130,10 @@ __device__ __forceinline__ void mla_absorb_q_compute(const MlaAbsorbQParams& p, 
 
 __device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, int head, int chunk, int n_begin,
                                                    int n_end) {
-  __shared__ float qs[kAbsorbTokens][256];
-  __shared__ float red[kAbsorbWarps][kAbsorbPassTokens][kAbsorbCols];
+  // Aligned: the compute writes 16-byte vectors into them (a kernel of its own happened to place
+  // them aligned; inside the decode megakernel, beside other ops' arrays, they were not).
+  __shared__ __align__(16) float qs[kAbsorbTokens][256];
+  __shared__ __align__(16) float red[kAbsorbWarps][kAbsorbPassTokens][kAbsorbCols];
   uint4 wv[kAbsorbEarlyRounds];
   mla_absorb_q_prefetch(p, head, chunk, wv);
   pdl::wait();
@@ -303,6 +306,38 @@ __device__ __forceinline__ void mla_v_up_block(const MlaVUpParams& p, int head, 
   mla_v_up_prefetch<kRows>(p, head, row_chunk, w);
   pdl::wait();
   mla_v_up_compute<kRows>(p, head, row_chunk, n_begin, n_end, w, VUpSmem{os, half1, wts, active});
+}
+
+// Block b of the decode step's fused launch: blocks [0, kw.n) write one token's cache row each
+// (first, so they overlap the absorb blocks instead of forming a last wave of their own), the
+// rest are the absorb grid (heads x column chunks x token chunks, heads fastest).
+__device__ __forceinline__ int mla_absorb_q_kv_write_blocks(const MlaAbsorbQParams& p, const KvWriteParams& kw) {
+  const int absorb = p.n > 0 ? p.heads * (p.kv_lora / kAbsorbCols) * ((p.n + kAbsorbTokens - 1) / kAbsorbTokens) : 0;
+  return absorb + (kw.n > 0 ? kw.n : 0);
+}
+// sm: the absorb's shared memory where the caller carves it (the decode megakernel, whose ops share
+// one buffer); nullptr: mla_absorb_q_block's own arrays.
+__device__ __forceinline__ void mla_absorb_q_kv_write_block(const MlaAbsorbQParams& p, const KvWriteParams& kw, int block,
+                                                            const AbsorbSmem* sm = nullptr) {
+  const int kv_blocks = kw.n > 0 ? kw.n : 0;
+  if (block < kv_blocks) {
+    pdl::wait();
+    pdl::launch_dependents();
+    kv_write_token(kw, block);
+    return;
+  }
+  const int b = block - kv_blocks;
+  const int chunks = p.kv_lora / kAbsorbCols;
+  const int head = b % p.heads, chunk = (b / p.heads) % chunks, z = b / (p.heads * chunks);
+  const int n0 = z * kAbsorbTokens;
+  if (!sm) {
+    mla_absorb_q_block(p, head, chunk, n0, min(p.n, n0 + kAbsorbTokens));
+    return;
+  }
+  uint4 wv[kAbsorbEarlyRounds];
+  mla_absorb_q_prefetch(p, head, chunk, wv);
+  pdl::wait();
+  mla_absorb_q_compute(p, head, chunk, n0, min(p.n, n0 + kAbsorbTokens), wv, *sm);
 }
 
 }  // namespace rs::cuda

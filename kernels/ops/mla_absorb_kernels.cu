@@ -23,18 +23,7 @@ __global__ void __launch_bounds__(kVUpWarps * 32) mla_v_up_kernel(const MlaVUpPa
 // chunks x token chunks, x fastest).
 __global__ void __launch_bounds__(kAbsorbThreads, 3) mla_absorb_q_kv_write_kernel(const MlaAbsorbQParams p,
                                                                                    const KvWriteParams kw) {
-  const int kv_blocks = kw.n > 0 ? kw.n : 0;
-  if (static_cast<int>(blockIdx.x) < kv_blocks) {
-    pdl::wait();
-    pdl::launch_dependents();
-    kv_write_token(kw, blockIdx.x);
-    return;
-  }
-  const int b = blockIdx.x - kv_blocks;
-  const int chunks = p.kv_lora / kAbsorbCols;
-  const int head = b % p.heads, chunk = (b / p.heads) % chunks, z = b / (p.heads * chunks);
-  const int n0 = z * kAbsorbTokens;
-  mla_absorb_q_block(p, head, chunk, n0, min(p.n, n0 + kAbsorbTokens));
+  mla_absorb_q_kv_write_block(p, kw, blockIdx.x);
 }
 void launch_mla_absorb_q_kv_write(const MlaAbsorbQParams& a, const KvWriteParams& kw, cudaStream_t stream) {
   const int absorb_blocks = a.n > 0 ? a.heads * (a.kv_lora / kAbsorbCols) * ((a.n + kAbsorbTokens - 1) / kAbsorbTokens) : 0;
