@@ -18,9 +18,19 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
   return v;
 }
 
-// 16 bytes of activations: read-only cached path.
+// 16 bytes of activations: read-only cached path. The non-coherent path is only valid for data
+// that does not change during the kernel, which holds for an op launched as its own kernel (its
+// inputs are a predecessor's outputs). The decode megakernel (kernels/mega/) runs the same ops in
+// one launch, where an activation buffer is rewritten every layer by other CTAs and a stale L1
+// line of the previous layer could be returned: its translation unit defines RS_MEGAKERNEL_TU
+// before any include, and activations are then read with ordinary loads, which the grid
+// barrier's acquire orders after the writers' release.
 __device__ __forceinline__ uint4 ld_cached16(const void* p) {
+#ifdef RS_MEGAKERNEL_TU
+  return *reinterpret_cast<const uint4*>(p);
+#else
   return __ldg(reinterpret_cast<const uint4*>(p));
+#endif
 }
 
 // bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits.

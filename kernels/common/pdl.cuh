@@ -8,16 +8,23 @@
 //    waits for this whole grid to finish, so triggering early never breaks correctness.
 // Both are no-ops when the kernel was launched without the attribute.
 
+#ifdef RS_MEGAKERNEL_TU
+#include "kernels/mega/instruction_wait.cuh"
+#endif
+
 namespace rs::pdl {
 
 __device__ __forceinline__ void wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(RS_MEGAKERNEL_TU)
+  rs::kern::mega::wait_for_previous_instruction();  // the decode megakernel (instruction_wait.cuh)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
 __device__ __forceinline__ void launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(RS_MEGAKERNEL_TU)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

@@ -1,4 +1,7 @@
 #pragma once
+#ifdef RS_MEGAKERNEL_TU
+#include "kernels/mega/instruction_wait.cuh"
+#endif
 // Programmatic dependent launch (PDL) for the matmul and op kernels (launch_with_pdl below also
 // serves the comm kernels). Every matmul kernel lets the next kernel in the stream start early
 // (launch_dependents at entry) and waits for its own predecessor (griddepcontrol.wait) only
@@ -9,10 +12,16 @@
 // the launch attribute both instructions are no-ops.
 namespace rs::kern {
 
+#ifdef RS_MEGAKERNEL_TU
+// The decode megakernel: the wait is its previous instruction's (kernels/mega/instruction_wait.cuh).
+__device__ __forceinline__ void pdl_launch_dependents() {}
+__device__ __forceinline__ void pdl_wait() { rs::kern::mega::wait_for_previous_instruction(); }
+#else
 __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+#endif
 
 }  // namespace rs::kern
 

@@ -171,6 +171,13 @@ void run_forward(const ForwardArgs& a) {
   std::printf("bench forward: %s, %s weights, phase %s, batch %d, context %d, tokens/seq %d\n", prop.name,
               wtype.c_str(), a.phase.c_str(), a.batch, a.context, T);
   std::printf("  weights created/uploaded in %.1f s; %d timed steps after %d warm-up\n", load_s, a.iters, a.warmup);
+  const CudaMegakernelState mk = cuda_megakernel_state(*backend);
+  const std::string path = a.phase != "decode" ? "per-op kernels (eager)"
+                           : mk.active && a.batch == 1 ? "decode megakernel (one launch a step)"
+                           : a.batch == 1 ? "per-op kernels in a CUDA graph (megakernel off" +
+                                                (mk.off_reason.empty() ? std::string(")") : ": " + mk.off_reason + ")")
+                                          : "per-op kernels in a CUDA graph";
+  std::printf("  step path         %s\n", path.c_str());
   std::printf("  step time         median %.3f ms   p90 %.3f ms\n", med, p90);
   std::printf("  throughput        %.1f tokens/s\n", tok_s);
   std::printf("  read per step     weights %.3f GB (%.1f routed experts/MoE layer) + KV %.3f GB\n",
@@ -179,6 +186,7 @@ void run_forward(const ForwardArgs& a) {
               100.0 * achieved / copy_bw, copy_bw / 1e12);
   std::printf("  roofline          %.1f tokens/s (bytes per step / copy bandwidth) -> %.1f%% of roofline\n",
               roofline_tok_s, 100.0 * tok_s / roofline_tok_s);
+  if (!mk.profile.empty()) std::printf("%s", mk.profile.c_str());
   nlohmann::json ablation = nlohmann::json::array();
   if (a.ablate) {
     if (a.phase != "decode") throw Error("bench forward --ablate: decode steps only (they run as CUDA graphs)");
@@ -202,6 +210,7 @@ void run_forward(const ForwardArgs& a) {
                         {"iters", a.iters},
                         {"median_ms", med},
                         {"p90_ms", p90},
+                        {"step_path", path},
                         {"tokens_per_s", tok_s},
                         {"weight_bytes", traffic.weight_bytes},
                         {"kv_bytes", traffic.kv_bytes},

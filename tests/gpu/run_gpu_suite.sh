@@ -129,6 +129,11 @@ if [ "${RS_PROFILE_BENCH:-0}" = 1 ]; then  # per-op breakdown (eager steps) befo
 fi
 bench decode_b1_ctx1k_bf16  --phase decode --batch 1 --context 1024 --iters $ITERS
 bench decode_b1_ctx1k_fp8   --phase decode --batch 1 --context 1024 --quantization fp8 --iters $ITERS
+# The batch-1 decode megakernel (kernels/mega/, opt-in while it is slower than the graph), with
+# its time per kind of instruction.
+RS_MEGAKERNEL=1 RS_MEGA_PROFILE=1 bench decode_b1_ctx1k_bf16_mega --phase decode --batch 1 --context 1024 --iters $ITERS
+sed -n '/megakernel profile/,$p' "$OUTDIR/decode_b1_ctx1k_bf16_mega.log" | head -12
+RS_MEGAKERNEL=1 bench decode_b1_ctx1k_fp8_mega --phase decode --batch 1 --context 1024 --quantization fp8 --iters $ITERS
 bench decode_b64_ctx2k_bf16 --phase decode --batch 64 --context 2048 --iters $ITERS
 bench prefill_8k_bf16       --phase prefill --batch 1 --context 8192 --iters 5 --warmup 1
 

@@ -145,6 +145,17 @@ class CudaBackend final : public Backend {
     }
     return out;
   }
+  CudaMegakernelState megakernel_state() const {
+    return CudaMegakernelState{pass_->megakernel_active(), pass_->megakernel_off_reason(), pass_->megakernel_profile()};
+  }
+  std::vector<float> logits_row(int row) {
+    if (row >= last_tokens_)
+      throw Error("step logits: row " + std::to_string(row) + " of a step with " + std::to_string(last_tokens_) + " rows");
+    RS_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<float> out(size_t(spec_.vocab_size));
+    RS_CUDA(cudaMemcpy(out.data(), pass_->logits() + size_t(row) * out.size(), out.size() * 4, cudaMemcpyDeviceToHost));
+    return out;
+  }
 
  private:
   void validate_spec() const {
@@ -340,6 +351,19 @@ std::vector<float> cuda_last_step_routing_margins(Backend& b) {
   auto* cb = dynamic_cast<CudaBackend*>(&b);
   if (!cb) throw Error("routing margins: backend '" + b.name() + "' is not the CUDA backend");
   return cb->last_margins();
+}
+
+CudaMegakernelState cuda_megakernel_state(Backend& b) {
+  auto* cb = dynamic_cast<CudaBackend*>(&b);
+  if (!cb) throw Error("megakernel state: backend '" + b.name() + "' is not the CUDA backend");
+  return cb->megakernel_state();
+}
+
+std::vector<float> cuda_last_step_logits(Backend& b, int row) {
+  auto* cb = dynamic_cast<CudaBackend*>(&b);
+  if (!cb) throw Error("step logits: backend '" + b.name() + "' is not the CUDA backend");
+  if (row < 0) throw Error("step logits: row must be >= 0, got " + std::to_string(row));
+  return cb->logits_row(row);
 }
 
 cuda::GraphAblation cuda_decode_graph_ablation(Backend& b, int replays) {

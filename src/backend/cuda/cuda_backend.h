@@ -28,6 +28,18 @@ CudaStepTraffic cuda_last_step_traffic(Backend& b);
 // at any MoE layer's discrete routing choice (group cut or k-th expert) as the GPU router saw it:
 // where it is below bf16 noise, a GPU/CPU difference at that row is a routing flip, not a bug.
 std::vector<float> cuda_last_step_routing_margins(Backend& b);
+// The batch-1 decode megakernel (kernels/mega/): whether the backend's one-token decode steps
+// run on it, and if not, why ("" before the first one-token decode step).
+struct CudaMegakernelState {
+  bool active = false;
+  std::string off_reason;
+  std::string profile;  // RS_MEGA_PROFILE=1: the last launch's time per kind of instruction
+};
+CudaMegakernelState cuda_megakernel_state(Backend& b);
+// Row `row` of the last step's logits as the device holds them (a decode step computes every
+// row of its bucket), for tests comparing decode paths. Throws rs::Error if `b` is not the CUDA
+// backend.
+std::vector<float> cuda_last_step_logits(Backend& b, int row);
 // In-graph cost of each kernel of the last decode step's CUDA graph (graph_ablation.h), for
 // `bench forward --ablate`. Throws rs::Error if `b` is not the CUDA backend or no decode graph ran.
 cuda::GraphAblation cuda_decode_graph_ablation(Backend& b, int replays);

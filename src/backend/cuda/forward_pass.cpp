@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 
+#include "backend/cuda/mega_program.h"
+#include "kernels/mega/decode_megakernel.h"
 #include "common/error.h"
 #include "kernels/ops/activation_params.h"
 #include "kernels/ops/embed_params.h"
@@ -69,6 +72,7 @@ ForwardPass::~ForwardPass() {
 }
 
 void ForwardPass::set_kv(__nv_bfloat16* cache, int64_t layer_stride, int block_size, int bt_width) {
+  drop_megakernel();
   cache_ = cache;
   layer_stride_ = layer_stride;
   block_size_ = block_size;
@@ -100,6 +104,7 @@ void ForwardPass::ensure_capacity(const Capacity& want, cudaStream_t stream,
     return;
   RS_CUDA(cudaStreamSynchronize(stream));
   on_realloc();
+  drop_megakernel();
   Capacity c;
   c.tokens = std::max(cap_.tokens, round_up_pow2(std::max(want.tokens, 16)));
   c.decode_rows = std::max(cap_.decode_rows, round_up_pow2(std::max(want.decode_rows, 16)));
@@ -212,7 +217,89 @@ void ForwardPass::upload(const StepPlan& plan, cudaStream_t stream) {
   }
 }
 
-void ForwardPass::run(int rows, cudaStream_t stream) { forward(rows, rows, {}, rows, nullptr, stream); }
+namespace {
+// The megakernel is opt-in (RS_MEGAKERNEL=1) while it is slower than the per-op CUDA graph
+// (docs/perf/cuda.md: 3.5 against 2.4 ms a V2-Lite step on an H200); set_megakernel() switches
+// at run time.
+bool megakernel_default() {
+  const char* v = std::getenv("RS_MEGAKERNEL");
+  return v && v[0] == '1';
+}
+bool g_megakernel = megakernel_default();
+long env_long(const char* name, long fallback, long lo, long hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  return (*end == '\0' && x >= lo && x <= hi) ? x : fallback;
+}
+// RS_MEGA_PROFILE=1: per-instruction timestamps of the megakernel (bench forward prints them).
+MegaTuning mega_tuning() {
+  MegaTuning t;
+  t.profile = env_long("RS_MEGA_PROFILE", 0, 0, 1) == 1;
+  return t;
+}
+}  // namespace
+
+void set_megakernel(bool on) { g_megakernel = on; }
+bool megakernel_enabled() { return g_megakernel; }
+
+void ForwardPass::linear_or_record(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16* y,
+                                   const LinearWorkspace& ws, cudaStream_t stream) {
+  if (rec_) {
+    const LinearJob job{w, y};
+    rec_->gemv(&job, 1, x, m, nullptr);
+  } else {
+    linear(w, x, m, y, ws, stream);
+  }
+}
+
+// Records the one-token step (forward() with rec_ set launches nothing) and uploads it. Not
+// while the stream is being captured: the upload synchronises. A step the megakernel cannot run
+// keeps the per-op kernels, with the reason said once.
+void ForwardPass::build_megakernel(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    return;
+  }
+  mega_tried_ = true;
+  try {
+    auto prog = std::make_unique<MegaProgram>(num_sms_ * kern::mega::kCtasPerSm);
+    rec_ = prog.get();
+    forward(1, 1, {}, 1, nullptr, stream);
+    rec_ = nullptr;
+    const int experts = std::max(1, spec_.n_routed_experts);
+    prog->finish(mega_tuning(), spec_.kv_cache_dim(), experts, stream);
+    mega_ = std::move(prog);
+  } catch (const MegaUnsupported& e) {
+    rec_ = nullptr;
+    mega_off_reason_ = e.what();
+    std::fprintf(stderr, "rackserve: batch-1 decode on per-op kernels (%s)\n", e.what());
+  } catch (...) {
+    rec_ = nullptr;
+    throw;
+  }
+}
+
+std::string ForwardPass::megakernel_profile() const { return mega_ ? mega_->profile_table() : std::string(); }
+
+void ForwardPass::drop_megakernel() {
+  mega_.reset();
+  mega_tried_ = false;
+}
+
+void ForwardPass::run(int rows, cudaStream_t stream) {
+  if (rows == 1 && g_megakernel && !prof_) {
+    if (!mega_ && !mega_tried_) build_megakernel(stream);
+    if (mega_) {
+      mega_->launch(stream);
+      RS_CUDA(cudaGetLastError());
+      return;
+    }
+  }
+  forward(rows, rows, {}, rows, nullptr, stream);
+}
 
 void ForwardPass::run_eager(const StepPlan& plan, cudaStream_t stream) {
   forward(static_cast<int>(plan.tokens.size()), plan.decode_rows, prefills_, static_cast<int>(plan.logit_rows.size()),
@@ -242,17 +329,22 @@ void ForwardPass::dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloa
   const LinearWorkspace lws{linear_ws_.get(), linear_ws_.bytes()};
   {
     RS_OP("mlp gate+up (linear)");
-    linear(m.gate, xn_.get<__nv_bfloat16>(), n, g_.get<__nv_bfloat16>(), lws, stream);
-    linear(m.up, xn_.get<__nv_bfloat16>(), n, u_.get<__nv_bfloat16>(), lws, stream);
+    if (rec_) {
+      const LinearJob gu[2] = {{m.gate, g_.get<__nv_bfloat16>()}, {m.up, u_.get<__nv_bfloat16>()}};
+      rec_->gemv(gu, 2, xn_.get<__nv_bfloat16>(), n, nullptr);
+    } else {
+      linear(m.gate, xn_.get<__nv_bfloat16>(), n, g_.get<__nv_bfloat16>(), lws, stream);
+      linear(m.up, xn_.get<__nv_bfloat16>(), n, u_.get<__nv_bfloat16>(), lws, stream);
+    }
   }
   SiluMulParams a;
   a.gate = g_.get<__nv_bfloat16>();
   a.up = u_.get<__nv_bfloat16>();
   a.out = act_.get<__nv_bfloat16>();
   a.count = int64_t(n) * inter;
-  { RS_OP("silu_mul"); launch_silu_mul(a, stream); }
+  { RS_OP("silu_mul"); rec_ ? rec_->silu_mul(a) : launch_silu_mul(a, stream); }
   RS_OP("mlp down (linear)");
-  linear(m.down, act_.get<__nv_bfloat16>(), n, out, lws, stream);
+  linear_or_record(m.down, act_.get<__nv_bfloat16>(), n, out, lws, stream);
 }
 
 void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>& prefills, cudaStream_t stream) {
@@ -272,19 +364,21 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   if (s.q_lora_rank > 0) {
     RS_OP("add+rmsnorm + q_a+kv_a (grouped) + norm + q_b");
     const LinearJob qkv[2] = {{L.q_a, qa_.get<__nv_bfloat16>()}, {L.kv_a, kva_.get<__nv_bfloat16>()}};
-    linear_group(qkv, 2, xn, n, lws, stream, norm);
+    if (rec_) rec_->gemv(qkv, 2, xn, n, norm);
+    else linear_group(qkv, 2, xn, n, lws, stream, norm);
     RmsNormRowsParams nr;
     nr.in = nr.out = qa_.get<__nv_bfloat16>();
     nr.weight = L.q_a_norm;
     nr.n = n;
     nr.width = nr.in_stride = nr.out_stride = s.q_lora_rank;
     nr.eps = kLatentNormEps;
-    launch_rmsnorm_rows(nr, stream);
-    linear(L.q_b, qa_.get<__nv_bfloat16>(), n, q, lws, stream);
+    rec_ ? rec_->rmsnorm_rows(nr) : launch_rmsnorm_rows(nr, stream);
+    linear_or_record(L.q_b, qa_.get<__nv_bfloat16>(), n, q, lws, stream);
   } else {
     RS_OP("add+rmsnorm + q_proj+kv_a (grouped)");
     const LinearJob qkv[2] = {{L.q_proj, q}, {L.kv_a, kva_.get<__nv_bfloat16>()}};
-    linear_group(qkv, 2, xn, n, lws, stream, norm);
+    if (rec_) rec_->gemv(qkv, 2, xn, n, norm);
+    else linear_group(qkv, 2, xn, n, lws, stream, norm);
   }
   __nv_bfloat16* cache = cache_ + layer * layer_stride_;
   KvWriteParams kw;
@@ -301,6 +395,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   // A pure decode step rotates q inside the absorb kernel and writes the cache rows from extra
   // blocks of the same launch: kv_write, rope_q and absorb become one kernel per layer.
   const bool rope_in_absorb = nd > 0 && nd == n && prefills.empty();
+  if (rec_ && !rope_in_absorb) throw MegaUnsupported("a step that is not pure decode");
   if (!rope_in_absorb) { RS_OP("kv_write"); launch_kv_write(kw, stream); }
   RopeQParams rq;
   rq.q = q;
@@ -326,7 +421,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
       ab.positions = positions_d_;
       ab.rotate = rope_;
       RS_OP("mla absorb q + rope + kv_write");
-      launch_mla_absorb_q_kv_write(ab, kw, stream);
+      rec_ ? rec_->absorb_kv(ab, kw) : launch_mla_absorb_q_kv_write(ab, kw, stream);
     } else {
       RS_OP("mla absorb q");
       launch_mla_absorb_q(ab, stream);
@@ -348,7 +443,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     dp.kv_lora = R;
     dp.kv_dim = kvd;
     dp.scale = scale;
-    { RS_OP("mla decode attention"); launch_mla_decode(dp, stream); }
+    { RS_OP("mla decode attention"); rec_ ? rec_->attention(dp) : launch_mla_decode(dp, stream); }
     MlaVUpParams vu;
     vu.o_latent = olat_.get<__nv_bfloat16>();
     vu.kv_b = L.kv_b_bf16;
@@ -363,7 +458,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
       vu.part_lse = dp.part_lse;
       vu.splits = dp.splits;
     }
-    { RS_OP(merge_in_v_up ? "mla v up + split merge" : "mla v up"); launch_mla_v_up(vu, stream); }
+    { RS_OP(merge_in_v_up ? "mla v up + split merge" : "mla v up"); rec_ ? rec_->v_up(vu) : launch_mla_v_up(vu, stream); }
   }
   for (const Prefill& pf : prefills) {  // expanded form over the cached prefix and the chunk
     const int len = pf.start + pf.T;
@@ -396,7 +491,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     { RS_OP("mla prefill attention"); launch_mla_prefill(pp, stream); }
   }
   RS_OP("o_proj (linear)");
-  linear(L.o_proj, attn_v_.get<__nv_bfloat16>(), n, attn_out_.get<__nv_bfloat16>(), lws, stream);
+  linear_or_record(L.o_proj, attn_v_.get<__nv_bfloat16>(), n, attn_out_.get<__nv_bfloat16>(), lws, stream);
 }
 
 // Small decode batches fold the post-attention add + RMSNorm, the router logits and the selection
@@ -456,8 +551,10 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     nin.out = xn_.get<__nv_bfloat16>();
     nin.eps = static_cast<float>(s.rms_norm_eps);
     RS_OP("add+rmsnorm + router logits + selection (fused)");
-    launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin);
+    if (rec_) rec_->router(lg, r, router_counters_.get<int>(), nin);
+    else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin);
   } else {
+    if (rec_) throw MegaUnsupported("a router without the fused norm");
     { RS_OP("router logits (gemv)"); launch_lm_head(lg, stream); }
     { RS_OP("moe router"); launch_moe_router(r, stream); }
   }
@@ -476,8 +573,16 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     shared_fused = ex.n_shared > 0;
   }
   RS_OP(ex.n_shared ? "moe_experts + shared" : "moe_experts");
-  moe_experts(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
-              mlp_out_.get<__nv_bfloat16>(), mws, stream);
+  if (rec_) {
+    kern::ExpertGemvParams ep;
+    if (!moe_experts_decode_params(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
+                                   mlp_out_.get<__nv_bfloat16>(), mws, &ep))
+      throw MegaUnsupported("experts the few-token expert kernels do not take");
+    rec_->experts(ep);
+  } else {
+    moe_experts(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
+                mlp_out_.get<__nv_bfloat16>(), mws, stream);
+  }
   }
   *d0 = mlp_out_.get<__nv_bfloat16>();
   *d1 = nullptr;
@@ -497,7 +602,7 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
   e.residual = residual_.get<float>();
   e.n = n;
   e.hidden = s.hidden_size;
-  { RS_OP("embed"); launch_embed(e, stream); }
+  { RS_OP("embed"); rec_ ? rec_->embed(e) : launch_embed(e, stream); }
   const __nv_bfloat16 *d0 = nullptr, *d1 = nullptr;
   AddRmsNormParams an;
   an.residual = residual_.get<float>();
@@ -527,13 +632,13 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
       an.delta0 = attn_out_.get<__nv_bfloat16>();
       an.delta1 = an.delta2 = nullptr;
       an.weight = L.post_norm;
-      { RS_OP("add+rmsnorm"); launch_add_rmsnorm(an, stream); }
+      { RS_OP("add+rmsnorm"); rec_ ? rec_->add_rmsnorm(an) : launch_add_rmsnorm(an, stream); }
     }
     mlp(l, n, stream, &d0, &d1, pending);
   }
   set_deltas();
   an.weight = w_.final_norm;
-  { RS_OP("add+rmsnorm"); launch_add_rmsnorm(an, stream); }
+  { RS_OP("add+rmsnorm"); rec_ ? rec_->add_rmsnorm(an) : launch_add_rmsnorm(an, stream); }
   LmHeadParams lh;
   lh.x = xn_.get<__nv_bfloat16>();
   lh.rows = logit_rows;
@@ -542,7 +647,7 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
   lh.n = nlogits;
   lh.hidden = s.hidden_size;
   lh.vocab = s.vocab_size;
-  { RS_OP("lm_head"); launch_lm_head(lh, stream); }
+  { RS_OP("lm_head"); rec_ ? rec_->lm_head(lh) : launch_lm_head(lh, stream); }
   RS_CUDA(cudaGetLastError());
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,14 @@
 #include "model/model_spec.h"
 
 namespace rs::cuda {
+
+class MegaProgram;
+
+// Whether one-token decode steps (run(1)) go through the decode megakernel (kernels/mega/) where
+// it can run the model; default off (it is slower than the per-op graph so far), RS_MEGAKERNEL=1
+// on. Read at each run(1); a backend records its program at its first run(1) with it on.
+void set_megakernel(bool on);
+bool megakernel_enabled();
 
 struct PrefillSeq {
   int row0 = 0, T = 0, start = 0;
@@ -49,13 +58,17 @@ class ForwardPass {
   // Grows the workspaces; calls on_realloc first when pointers change (graphs must be dropped).
   void ensure_capacity(const Capacity& c, cudaStream_t stream, const std::function<void()>& on_realloc);
   void upload(const StepPlan& plan, cudaStream_t stream);
-  void run(int rows, cudaStream_t stream);  // decode-only, logits for every row
+  void run(int rows, cudaStream_t stream);  // decode-only, logits for every row (one row: the megakernel)
   void run_eager(const StepPlan& plan, cudaStream_t stream);
   void copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& pairs, cudaStream_t stream);
   const float* logits() const { return logits_.get<float>(); }
   const int32_t* topk_ids(int layer) const;
   const float* route_margins(int layer) const;  // [rows of the last step], MoE layers only
   int decode_splits(int rows) const;
+  // The batch-1 megakernel: whether the last run(1) used it, and why not where it could not.
+  bool megakernel_active() const { return mega_ != nullptr; }
+  const std::string& megakernel_off_reason() const { return mega_off_reason_; }
+  std::string megakernel_profile() const;  // RS_MEGA_PROFILE=1: the last launch's table
   // RS_CUDA_PROFILE=1: per-op event timing (steps must then run eagerly, not as graphs).
   bool profiling() const { return prof_ != nullptr; }
   void collect_profile() {
@@ -79,6 +92,16 @@ class ForwardPass {
            const __nv_bfloat16* attn_delta = nullptr);
   bool router_takes_norm(int layer, int n) const;
   void dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloat16* out, cudaStream_t stream);
+  // linear(), or its GEMV recorded into rec_.
+  void linear_or_record(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16* y,
+                        const LinearWorkspace& ws, cudaStream_t stream);
+  void build_megakernel(cudaStream_t stream);
+  void drop_megakernel();
+  // Set while forward() records the one-token step for the megakernel instead of launching.
+  MegaProgram* rec_ = nullptr;
+  std::unique_ptr<MegaProgram> mega_;
+  bool mega_tried_ = false;
+  std::string mega_off_reason_;
 
   const ModelSpec& spec_;
   const DeviceWeights& w_;

@@ -576,6 +576,22 @@ bool moe_experts_decode(const MoeExperts& experts, const __nv_bfloat16* x, int m
 
 }  // namespace
 
+bool gemv_vector_path_ok(const DeviceMatrix& w, const void* x) { return vector_path_ok(w, x); }
+
+bool moe_experts_decode_params(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
+                               const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
+                               const MoeWorkspace& ws, kern::ExpertGemvParams* params) {
+  check_experts(experts, top_k);
+  if (m <= 0 || !x || !out || !topk_ids || !topk_weights || !ws.ptr || !aligned16(x) || !aligned16(out) ||
+      !aligned16(ws.ptr))
+    return false;
+  const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
+  if (!kern::expert_decode() || m > kern::expert_gemv_max_tokens_for(fp8)) return false;
+  if (experts.n_shared != 0 && !moe_can_fuse_shared(experts, m)) return false;
+  *params = expert_gemv_params(experts, x, m, top_k, topk_ids, topk_weights, out, ws, experts.n_shared);
+  return true;
+}
+
 void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
                  const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
                  const MoeWorkspace& ws, cudaStream_t stream) {

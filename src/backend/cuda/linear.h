@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "kernels/ops/linear_params.h"
+#include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/rmsnorm_params.h"
 
 namespace rs::cuda {
@@ -64,6 +65,18 @@ bool moe_can_fuse_shared(const MoeExperts& experts, int m);
 // h[m, inter] = silu(gu[:, :inter]) * gu[:, inter:], gu = [m, 2 * inter] (bf16): the shared
 // experts' activation between linear([gate; up]) and linear(down). (matmul room, additive)
 void swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStream_t stream);
+
+// The decode megakernel's pieces (src/backend/cuda/mega_program.cpp), which run the GEMV and
+// expert ops of the per-op kernels inside one launch (additive):
+// whether the 16-byte GEMV path takes w with activations at x (whole chunks, aligned rows,
+// FP8 scale blocks a chunk never straddles);
+bool gemv_vector_path_ok(const DeviceMatrix& w, const void* x);
+// and the few-token expert kernels' params, where moe_experts() would run those kernels for
+// these arguments with the shared experts set in `experts` folded in (false otherwise; throws
+// what moe_experts() throws for bad arguments).
+bool moe_experts_decode_params(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
+                               const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
+                               const MoeWorkspace& ws, kern::ExpertGemvParams* params);
 
 // Load-time check of an expert set (copies the device arrays of DeviceMatrix back, so not for
 // use inside graph capture): every gate/up is [inter, hidden], every down [hidden, inter], all

@@ -1,0 +1,261 @@
+#include "backend/cuda/mega_program.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "kernels/mega/decode_megakernel.h"
+
+namespace rs::cuda {
+
+using kern::mega::Instr;
+using kern::mega::Op;
+
+namespace {
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+}  // namespace
+
+MegaProgram::MegaProgram(int grid) : grid_(grid) {
+  if (grid < 1) throw MegaUnsupported("no SMs to run on");
+  sync_.reset(sizeof(kern::mega::SyncWords), "megakernel sync words");
+  RS_CUDA(cudaMemset(sync_.get(), 0, sync_.bytes()));
+}
+
+Instr& MegaProgram::add(Op op, int units, int gx, int gy) {
+  prog_.emplace_back();
+  Instr& in = prog_.back();
+  in.op = op;
+  in.units = units;
+  in.gx = std::max(gx, 1);
+  in.gy = std::max(gy, 1);
+  return in;
+}
+
+template <class T>
+void MegaProgram::set_body(Instr& in, const T& body) {
+  static_assert(sizeof(T) <= kern::mega::kBodyBytes, "params fit the instruction body");
+  std::memset(in.body, 0, sizeof(in.body));
+  std::memcpy(in.body, &body, sizeof(T));
+}
+
+void MegaProgram::embed(const EmbedParams& p) {
+  if (p.hidden % 8 != 0) throw MegaUnsupported("embedding width " + std::to_string(p.hidden) + " is not a multiple of 8");
+  set_body(add(Op::kEmbed, p.n), p);
+}
+
+void MegaProgram::gemv(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* x, int m, const AddRmsNormParams* norm) {
+  if (m != 1) throw MegaUnsupported("GEMV over " + std::to_string(m) + " rows (one-token steps only)");
+  if (n_jobs < 1) return;
+  for (int i = 0; i < n_jobs; ++i) {
+    const DeviceMatrix& w = jobs[i].w;
+    if (!gemv_vector_path_ok(w, x) || w.type != jobs[0].w.type || w.cols != jobs[0].w.cols || !jobs[i].y)
+      throw MegaUnsupported("a " + std::to_string(w.rows) + "x" + std::to_string(w.cols) +
+                            " weight the 16-byte GEMV path does not take with its group");
+  }
+  // Peepholes: a GEMV over the same x right after another joins it (gate and up of a dense MLP),
+  // and an add + RMSNorm producing x right before becomes the GEMV's prologue.
+  if (!norm && !prog_.empty() && prog_.back().op == Op::kGemv) {
+    auto& a = *reinterpret_cast<kern::mega::GemvArgs*>(prog_.back().body);
+    if (a.p.x == x && !a.p.out_fp32 && a.p.jobs + n_jobs <= kern::kMaxGemvJobs && a.p.w[0].type == jobs[0].w.type &&
+        a.p.w[0].cols == jobs[0].w.cols) {
+      for (int i = 0; i < n_jobs; ++i) {
+        a.p.w[a.p.jobs] = jobs[i].w;
+        a.p.y[a.p.jobs] = jobs[i].y;
+        ++a.p.jobs;
+      }
+      return;
+    }
+  }
+  AddRmsNormParams folded;
+  if (!norm && !prog_.empty() && prog_.back().op == Op::kAddRmsNorm) {
+    std::memcpy(&folded, prog_.back().body, sizeof(folded));
+    if (folded.out == x && folded.n == m && folded.hidden == jobs[0].w.cols) {
+      prog_.pop_back();
+      norm = &folded;
+    }
+  }
+  kern::mega::GemvArgs a;
+  for (int i = 0; i < n_jobs; ++i) {
+    a.p.w[i] = jobs[i].w;
+    a.p.y[i] = jobs[i].y;
+  }
+  a.p.jobs = n_jobs;
+  a.p.x = x;
+  a.p.m = m;
+  if (norm) {
+    if (norm->out != x || norm->n != m || norm->hidden != jobs[0].w.cols || norm->hidden % 4 != 0 ||
+        int64_t(m) * norm->hidden > kern::kGemvNormMaxElems || !aligned16(norm->residual) || !aligned16(norm->weight))
+      throw MegaUnsupported("an add + RMSNorm the GEMV prologue cannot take (hidden " + std::to_string(norm->hidden) + ")");
+    a.p.norm_residual = norm->residual;
+    a.p.norm_out = norm->out;
+    a.p.norm_delta[0] = norm->delta0;
+    a.p.norm_delta[1] = norm->delta1;
+    a.p.norm_delta[2] = norm->delta2;
+    a.p.norm_weight = norm->weight;
+    a.p.norm_eps = norm->eps;
+  }
+  set_body(add(Op::kGemv), a);
+}
+
+void MegaProgram::lm_head(const LmHeadParams& p) {
+  if (p.n != 1) throw MegaUnsupported("lm_head over " + std::to_string(p.n) + " rows");
+  DeviceMatrix w;
+  w.type = WeightType::BF16;
+  w.rows = p.vocab;
+  w.cols = p.hidden;
+  w.data = p.w;
+  if (!gemv_vector_path_ok(w, p.x)) throw MegaUnsupported("an lm_head the 16-byte GEMV path does not take");
+  // Take a preceding final norm as the prologue, as gemv() does.
+  AddRmsNormParams folded;
+  const AddRmsNormParams* norm = nullptr;
+  if (!prog_.empty() && prog_.back().op == Op::kAddRmsNorm) {
+    std::memcpy(&folded, prog_.back().body, sizeof(folded));
+    if (folded.out == p.x && folded.n == 1 && folded.hidden == p.hidden && folded.hidden % 4 == 0 &&
+        folded.hidden <= kern::kGemvNormMaxElems && aligned16(folded.residual) && aligned16(folded.weight)) {
+      prog_.pop_back();
+      norm = &folded;
+    }
+  }
+  kern::mega::GemvArgs a;
+  a.p.w[0] = w;
+  a.p.y[0] = p.logits;
+  a.p.jobs = 1;
+  a.p.x = p.x;
+  a.p.x_rows = p.rows;
+  a.p.m = 1;
+  a.p.out_fp32 = true;
+  if (norm) {
+    if (p.rows) throw MegaUnsupported("an lm_head over selected rows after a folded norm");
+    a.p.norm_residual = norm->residual;
+    a.p.norm_out = norm->out;
+    a.p.norm_delta[0] = norm->delta0;
+    a.p.norm_delta[1] = norm->delta1;
+    a.p.norm_delta[2] = norm->delta2;
+    a.p.norm_weight = norm->weight;
+    a.p.norm_eps = norm->eps;
+  }
+  set_body(add(Op::kGemv), a);
+}
+
+void MegaProgram::absorb_kv(const MlaAbsorbQParams& absorb, const KvWriteParams& kv) {
+  if (absorb.kv_lora % kern::mega::kAbsorbUnitCols != 0) throw MegaUnsupported("kv_lora_rank not a multiple of 64");
+  constexpr int C = kern::mega::kAbsorbUnitCols, T = kern::mega::kAbsorbUnitTokens;
+  const int units = absorb.heads * (absorb.kv_lora / C) * ((absorb.n + T - 1) / T) + std::max(kv.n, 0);
+  kern::mega::AbsorbKvArgs a;
+  a.absorb = absorb;
+  a.kv = kv;
+  set_body(add(Op::kAbsorbKv, units), a);
+}
+
+void MegaProgram::attention(const MlaDecodeParams& p) {
+  if (p.out) throw MegaUnsupported("split attention with its own combine pass");
+  if (p.kv_lora % 64 != 0) throw MegaUnsupported("kv_lora_rank not a multiple of 64 (8-warp attention blocks)");
+  const int head_groups = (p.heads + 15) / 16;
+  set_body(add(Op::kAttention, p.splits * head_groups * p.batch, p.splits, head_groups), p);
+}
+
+void MegaProgram::v_up(const MlaVUpParams& p_in) {
+  // The launcher's rule (launch_mla_v_up), with the megakernel's CTAs for the SMs' blocks.
+  MlaVUpParams p = p_in;
+  constexpr int W = kern::mega::kVUpUnitWarps, T = kern::mega::kAbsorbUnitTokens;
+  const int chunks = (p.n + T - 1) / T;
+  const int64_t blocks1 = int64_t(p.heads) * ((p.vdim + W - 1) / W) * chunks;
+  p.rows_per_warp = p.part_o && blocks1 > grid_ + grid_ / 4 ? 2 : 1;
+  const int row_chunks = (p.vdim + W * p.rows_per_warp - 1) / (W * p.rows_per_warp);
+  Instr& in = add(Op::kVUp, p.heads * row_chunks * chunks, p.heads, row_chunks);
+  in.variant = p.rows_per_warp;
+  set_body(in, p);
+}
+
+void MegaProgram::router(const LmHeadParams& logits, const MoeRouterParams& select, int* counters,
+                         const RouterNormIn& norm) {
+  if (!moe_router_fused_supported(logits, select) || !counters)
+    throw MegaUnsupported("a router the fused router kernel does not take");
+  kern::mega::RouterArgs a;
+  a.logits = logits;
+  a.select = select;
+  a.norm = norm;
+  a.counters = counters;
+  set_body(add(Op::kRouter, select.experts * ((select.n + 7) / 8), select.experts), a);
+}
+
+void MegaProgram::experts(const kern::ExpertGemvParams& p) {
+  if (p.m != 1) throw MegaUnsupported("experts over " + std::to_string(p.m) + " tokens");
+  set_body(add(Op::kExpertGateUp), p);
+  set_body(add(Op::kExpertDown), p);
+}
+
+void MegaProgram::add_rmsnorm(const AddRmsNormParams& p) { set_body(add(Op::kAddRmsNorm, p.n), p); }
+
+void MegaProgram::rmsnorm_rows(const RmsNormRowsParams& p) { set_body(add(Op::kRmsNormRows, p.n), p); }
+
+void MegaProgram::silu_mul(const SiluMulParams& p) { set_body(add(Op::kSiluMul), p); }
+
+void MegaProgram::finish(const MegaTuning& tuning, int kv_dim, int router_experts, cudaStream_t stream) {
+  if (prog_.empty()) throw MegaUnsupported("an empty step");
+  smem_ = kern::mega::dynamic_smem_bytes(kv_dim, router_experts);
+  const int per_sm = kern::mega::resident_ctas_per_sm(smem_);
+  if (per_sm < kern::mega::kCtasPerSm)
+    throw MegaUnsupported(std::to_string(kern::mega::kCtasPerSm) + " CTAs do not fit an SM with " +
+                          std::to_string(smem_ >> 10) + " KB of dynamic shared memory each");
+  const int grid = grid_;
+  auto* sync = sync_.get<kern::mega::SyncWords>();
+  // GEMV geometry for `grid` CTAs of 8 warps (the per-op launcher's rule, gemv_dense_launch_mt):
+  // split the width while the items still fit one pass of the CTAs.
+  for (Instr& in : prog_) {
+    if (in.op != Op::kGemv) continue;
+    auto& p = reinterpret_cast<kern::mega::GemvArgs*>(in.body)->p;
+    int64_t groups = 0;
+    for (int j = 0; j < p.jobs; ++j)
+      p.group_end[j] = groups += (p.w[j].rows + kern::mega::kGemvRowsPerWarp - 1) / kern::mega::kGemvRowsPerWarp;
+    const int64_t nchunks = p.w[0].cols / (p.w[0].type == WeightType::FP8_E4M3_BLOCK ? 16 : 8);
+    auto blocks = [&](int ks) { return (groups * ks + kern::mega::kGemvUnitWarps - 1) / kern::mega::kGemvUnitWarps; };
+    int ks = 1;
+    while (ks < kern::mega::kGemvUnitWarps && blocks(2 * ks) <= grid && nchunks / (2 * ks) >= 32) ks *= 2;
+    p.ks = ks;
+    if (p.norm_residual) p.norm_counter = &sync->norm_ticket;
+  }
+  if (tuning.profile) stamps_.reset((prog_.size() + 1) * sizeof(uint64_t), "megakernel profile");
+  dev_prog_.reset(prog_.size() * sizeof(Instr), "megakernel program");
+  RS_CUDA(cudaMemcpyAsync(dev_prog_.get(), prog_.data(), prog_.size() * sizeof(Instr), cudaMemcpyHostToDevice, stream));
+  RS_CUDA(cudaStreamSynchronize(stream));
+}
+
+void MegaProgram::launch(cudaStream_t stream) const {
+  if (stamps_.get()) RS_CUDA(cudaMemsetAsync(stamps_.get(), 0, stamps_.bytes(), stream));
+  kern::mega::launch_decode_megakernel(dev_prog_.get<Instr>(), instructions(), sync_.get<kern::mega::SyncWords>(),
+                                       stamps_.get<uint64_t>(), grid_, smem_, stream);
+}
+
+std::string MegaProgram::profile_table() const {
+  if (!stamps_.get()) return "";
+  std::vector<uint64_t> t(stamps_.bytes() / sizeof(uint64_t));
+  RS_CUDA(cudaDeviceSynchronize());
+  RS_CUDA(cudaMemcpy(t.data(), stamps_.get(), stamps_.bytes(), cudaMemcpyDeviceToHost));
+  static const char* const kNames[] = {"embed",    "gemv",         "absorb+kv", "attention",   "v_up+merge", "router",
+                                       "expert gate_up", "expert down", "add+rmsnorm", "rmsnorm rows", "silu*mul"};
+  constexpr int kOps = int(sizeof(kNames) / sizeof(kNames[0]));
+  double span[kOps] = {};
+  int count[kOps] = {};
+  const size_t n = prog_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const int k = std::clamp(int(prog_[i].op), 0, kOps - 1);
+    if (t[i] == 0 || t[i + 1] < t[i]) continue;  // not profiled
+    span[k] += double(t[i + 1] - t[i]) / 1e3;
+    ++count[k];
+  }
+  std::string out = "  megakernel profile (last launch; us from the last CTA's arrival after the previous instruction to after this one):\n";
+  char line[160];
+  double total = 0;
+  for (int k = 0; k < kOps; ++k) {
+    if (!count[k]) continue;
+    std::snprintf(line, sizeof(line), "    %-16s %4d instr %9.1f us  (%.2f each)\n", kNames[k], count[k], span[k],
+                  span[k] / count[k]);
+    out += line;
+    total += span[k];
+  }
+  std::snprintf(line, sizeof(line), "    %-16s %4zu instr %9.1f us\n", "all", n, total);
+  return out + line;
+}
+
+}  // namespace rs::cuda
