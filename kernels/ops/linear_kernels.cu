@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/common/carveout.h"
 #include "kernels/common/sm_count.h"
 #include "kernels/common/smem_optin.h"
 #include "kernels/ops/gemm.cuh"
@@ -164,6 +165,7 @@ bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
     grid = static_cast<int>(std::max<int64_t>(1, std::min(blocks(ks), resident)));
   }
   p.ks = ks;
+  apply_carveout(kernel, "gemv");
   launch_pdl(kernel, dim3(grid), dim3(kGemvThreads), 0, s, p);
   return true;
 }
@@ -179,6 +181,7 @@ bool gemv_stream_launch_typed(const DenseGemvParams& p, const GemvStreamGeom& g,
                               cudaStream_t s) {
   void (*kernel)(DenseGemvParams, GemvStreamGeom) = gemv_stream_kernel<kFp8, MT, OutT, kNorm>;
   if (!allow_dynamic_smem(gemv_stream_kernel<kFp8, MT, OutT, kNorm>, kStreamMaxSmem)) return false;
+  apply_carveout(kernel, "gemv");
   launch_pdl(kernel, dim3(grid), dim3(kStreamThreads), smem, s, p, g);
   g_gemv_stream_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -429,9 +432,13 @@ void launch_gemv_tc(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(sm_count) * 2))), b(kTcGemvThreads);
   const bool fp8 = w.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
   if (fp8) {
+    apply_carveout(gemv_tc_kernel<true, 4, true>, "gemv");
+    apply_carveout(gemv_tc_kernel<true, 4, false>, "gemv");
     if (matmul_pdl()) launch_pdl(gemv_tc_kernel<true, 4, true>, grid, b, 0, s, w, x, m, y);
     else launch_pdl(gemv_tc_kernel<true, 4, false>, grid, b, 0, s, w, x, m, y);
   } else {
+    apply_carveout(gemv_tc_kernel<false, 8, true>, "gemv");
+    apply_carveout(gemv_tc_kernel<false, 8, false>, "gemv");
     if (matmul_pdl()) launch_pdl(gemv_tc_kernel<false, 8, true>, grid, b, 0, s, w, x, m, y);
     else launch_pdl(gemv_tc_kernel<false, 8, false>, grid, b, 0, s, w, x, m, y);
   }

@@ -1,3 +1,4 @@
+#include "kernels/common/carveout.h"
 #include "kernels/common/sm_count.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/matmul_pdl.cuh"
@@ -29,11 +30,13 @@ void launch_mla_absorb_q_kv_write(const MlaAbsorbQParams& a, const KvWriteParams
   const int absorb_blocks = a.n > 0 ? a.heads * (a.kv_lora / kAbsorbCols) * ((a.n + kAbsorbTokens - 1) / kAbsorbTokens) : 0;
   const int blocks = absorb_blocks + (kw.n > 0 ? kw.n : 0);
   if (blocks == 0) return;
+  kern::apply_carveout(mla_absorb_q_kv_write_kernel, "attention");
   kern::launch_pdl(mla_absorb_q_kv_write_kernel, dim3(blocks), dim3(kAbsorbThreads), 0, stream, a, kw);
 }
 void launch_mla_absorb_q(const MlaAbsorbQParams& p, cudaStream_t stream) {
   if (p.n <= 0) return;
   const dim3 grid(p.heads, p.kv_lora / kAbsorbCols, (p.n + kAbsorbTokens - 1) / kAbsorbTokens);
+  kern::apply_carveout(mla_absorb_q_kernel, "attention");
   kern::launch_pdl(mla_absorb_q_kernel, grid, dim3(kAbsorbThreads), 0, stream, p);
 }
 void launch_mla_v_up(const MlaVUpParams& p_in, cudaStream_t stream) {
@@ -49,9 +52,12 @@ void launch_mla_v_up(const MlaVUpParams& p_in, cudaStream_t stream) {
   p.rows_per_warp = p.part_o && blocks1 > sms + sms / 4 ? 2 : 1;
   const int rows_per_block = kVUpWarps * p.rows_per_warp;
   const dim3 grid(p.heads, (p.vdim + rows_per_block - 1) / rows_per_block, chunks);
-  if (p.rows_per_warp == 2)
+  if (p.rows_per_warp == 2) {
+    kern::apply_carveout(mla_v_up_kernel<2>, "attention");
     kern::launch_pdl(mla_v_up_kernel<2>, grid, dim3(kVUpWarps * 32), 0, stream, p);
-  else
+  } else {
+    kern::apply_carveout(mla_v_up_kernel<1>, "attention");
     kern::launch_pdl(mla_v_up_kernel<1>, grid, dim3(kVUpWarps * 32), 0, stream, p);
+  }
 }
 }  // namespace rs::cuda

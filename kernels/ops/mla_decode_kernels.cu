@@ -1,3 +1,4 @@
+#include "kernels/common/carveout.h"
 #include "kernels/common/sm_count.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/smem_optin.h"
@@ -27,6 +28,7 @@ void launch_split(const MlaDecodeParams& p, cudaStream_t stream) {
   const size_t smem = mla_decode::Layout(p.kv_dim, kNumWarps / 4).total;
   kern::allow_dynamic_smem(mla_decode_split_kernel<kNumWarps>, int(smem));  // a refusal shows as the launch's error
   const dim3 grid(p.splits, (p.heads + mla_decode::kHeads - 1) / mla_decode::kHeads, p.batch);
+  kern::apply_carveout(mla_decode_split_kernel<kNumWarps>, kNumWarps == 8 ? "attention1" : "attention");
   kern::launch_pdl(mla_decode_split_kernel<kNumWarps>, grid, dim3(kNumWarps * 32), smem, stream, p);
 }
 }  // namespace

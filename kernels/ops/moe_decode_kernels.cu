@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "kernels/common/carveout.h"
 #include "kernels/common/sm_count.h"
 #include "kernels/ops/expert_decode.cuh"
 #include "kernels/ops/expert_gemm.cuh"
@@ -91,9 +92,11 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   const int64_t items = slots * ((p.experts.inter + RP - 1) / RP);
   const int64_t gu_blocks = (items + kGemvWarps - 1) / kGemvWarps;
   const int g1 = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(gu_blocks, int64_t(sm_count) * occ_gu)));
+  apply_carveout(gate_up, "experts");
   launch_pdl(gate_up, dim3(g1), dim3(kGemvThreads), 0, s, p);
   const int64_t groups = (p.experts.hidden + DR - 1) / DR;
   const int g2 = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(sm_count) * occ_d)));
+  apply_carveout(down, "experts");
   launch_pdl(down, dim3(g2), dim3(kGemvThreads), 0, s, p);
 }
 

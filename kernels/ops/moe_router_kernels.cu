@@ -1,3 +1,4 @@
+#include "kernels/common/carveout.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/moe_router.cuh"
@@ -38,6 +39,7 @@ void launch_moe_router_fused(const LmHeadParams& lg, const MoeRouterParams& p, i
   if (p.n <= 0) return;
   const size_t smem = size_t(kRouterWarps) * router_warp_scratch_floats(p.experts) * 4;
   const dim3 grid(p.experts, (p.n + kRouterWarps - 1) / kRouterWarps);
+  kern::apply_carveout(moe_router_fused_kernel, "router");
   kern::launch_pdl(moe_router_fused_kernel, grid, dim3(kRouterThreads), smem, stream, lg, p, counters,
                    norm ? *norm : RouterNormIn{});
 }
