@@ -226,17 +226,11 @@ bool megakernel_default() {
   return v && v[0] == '1';
 }
 bool g_megakernel = megakernel_default();
-long env_long(const char* name, long fallback, long lo, long hi) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  return (*end == '\0' && x >= lo && x <= hi) ? x : fallback;
-}
 // RS_MEGA_PROFILE=1: per-instruction timestamps of the megakernel (bench forward prints them).
 MegaTuning mega_tuning() {
+  const char* v = std::getenv("RS_MEGA_PROFILE");
   MegaTuning t;
-  t.profile = env_long("RS_MEGA_PROFILE", 0, 0, 1) == 1;
+  t.profile = v && v[0] == '1';
   return t;
 }
 }  // namespace

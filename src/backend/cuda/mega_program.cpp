@@ -13,7 +13,33 @@ using kern::mega::Op;
 
 namespace {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// The GEMV's add + RMSNorm prologue from the norm's params (gemv.cuh), after checking that the
+// prologue takes it: it forms x (out == x) for the m rows of the GEMV's width.
+void set_norm_prologue(kern::DenseGemvParams& p, const AddRmsNormParams& norm) {
+  const int64_t cols = p.w[0].cols;
+  if (norm.out != p.x || norm.n != p.m || norm.hidden != cols || norm.hidden % 4 != 0 ||
+      int64_t(p.m) * norm.hidden > kern::kGemvNormMaxElems || !aligned16(norm.residual) || !aligned16(norm.weight))
+    throw MegaUnsupported("an add + RMSNorm the GEMV prologue cannot take (hidden " + std::to_string(norm.hidden) + ")");
+  p.norm_residual = norm.residual;
+  p.norm_out = norm.out;
+  p.norm_delta[0] = norm.delta0;
+  p.norm_delta[1] = norm.delta1;
+  p.norm_delta[2] = norm.delta2;
+  p.norm_weight = norm.weight;
+  p.norm_eps = norm.eps;
+}
 }  // namespace
+
+// The add + RMSNorm recorded last, if it forms x for m rows of width `cols`: removed from the
+// program and copied to `out` (it becomes the next GEMV's prologue).
+bool MegaProgram::take_norm_forming(const void* x, int m, int64_t cols, AddRmsNormParams* out) {
+  if (prog_.empty() || prog_.back().op != Op::kAddRmsNorm) return false;
+  std::memcpy(out, prog_.back().body, sizeof(*out));
+  if (out->out != x || out->n != m || out->hidden != cols) return false;
+  prog_.pop_back();
+  return true;
+}
 
 MegaProgram::MegaProgram(int grid) : grid_(grid) {
   if (grid < 1) throw MegaUnsupported("no SMs to run on");
@@ -67,13 +93,7 @@ void MegaProgram::gemv(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* x
     }
   }
   AddRmsNormParams folded;
-  if (!norm && !prog_.empty() && prog_.back().op == Op::kAddRmsNorm) {
-    std::memcpy(&folded, prog_.back().body, sizeof(folded));
-    if (folded.out == x && folded.n == m && folded.hidden == jobs[0].w.cols) {
-      prog_.pop_back();
-      norm = &folded;
-    }
-  }
+  if (!norm && take_norm_forming(x, m, jobs[0].w.cols, &folded)) norm = &folded;
   kern::mega::GemvArgs a;
   for (int i = 0; i < n_jobs; ++i) {
     a.p.w[i] = jobs[i].w;
@@ -82,18 +102,7 @@ void MegaProgram::gemv(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* x
   a.p.jobs = n_jobs;
   a.p.x = x;
   a.p.m = m;
-  if (norm) {
-    if (norm->out != x || norm->n != m || norm->hidden != jobs[0].w.cols || norm->hidden % 4 != 0 ||
-        int64_t(m) * norm->hidden > kern::kGemvNormMaxElems || !aligned16(norm->residual) || !aligned16(norm->weight))
-      throw MegaUnsupported("an add + RMSNorm the GEMV prologue cannot take (hidden " + std::to_string(norm->hidden) + ")");
-    a.p.norm_residual = norm->residual;
-    a.p.norm_out = norm->out;
-    a.p.norm_delta[0] = norm->delta0;
-    a.p.norm_delta[1] = norm->delta1;
-    a.p.norm_delta[2] = norm->delta2;
-    a.p.norm_weight = norm->weight;
-    a.p.norm_eps = norm->eps;
-  }
+  if (norm) set_norm_prologue(a.p, *norm);
   set_body(add(Op::kGemv), a);
 }
 
@@ -105,17 +114,6 @@ void MegaProgram::lm_head(const LmHeadParams& p) {
   w.cols = p.hidden;
   w.data = p.w;
   if (!gemv_vector_path_ok(w, p.x)) throw MegaUnsupported("an lm_head the 16-byte GEMV path does not take");
-  // Take a preceding final norm as the prologue, as gemv() does.
-  AddRmsNormParams folded;
-  const AddRmsNormParams* norm = nullptr;
-  if (!prog_.empty() && prog_.back().op == Op::kAddRmsNorm) {
-    std::memcpy(&folded, prog_.back().body, sizeof(folded));
-    if (folded.out == p.x && folded.n == 1 && folded.hidden == p.hidden && folded.hidden % 4 == 0 &&
-        folded.hidden <= kern::kGemvNormMaxElems && aligned16(folded.residual) && aligned16(folded.weight)) {
-      prog_.pop_back();
-      norm = &folded;
-    }
-  }
   kern::mega::GemvArgs a;
   a.p.w[0] = w;
   a.p.y[0] = p.logits;
@@ -124,16 +122,10 @@ void MegaProgram::lm_head(const LmHeadParams& p) {
   a.p.x_rows = p.rows;
   a.p.m = 1;
   a.p.out_fp32 = true;
-  if (norm) {
-    if (p.rows) throw MegaUnsupported("an lm_head over selected rows after a folded norm");
-    a.p.norm_residual = norm->residual;
-    a.p.norm_out = norm->out;
-    a.p.norm_delta[0] = norm->delta0;
-    a.p.norm_delta[1] = norm->delta1;
-    a.p.norm_delta[2] = norm->delta2;
-    a.p.norm_weight = norm->weight;
-    a.p.norm_eps = norm->eps;
-  }
+  // A preceding final norm becomes the prologue, as in gemv() (rows of x selected by x_rows would
+  // not be the rows the prologue forms).
+  AddRmsNormParams folded;
+  if (!p.rows && take_norm_forming(p.x, 1, p.hidden, &folded)) set_norm_prologue(a.p, folded);
   set_body(add(Op::kGemv), a);
 }
 

@@ -60,6 +60,7 @@ class MegaProgram {
 
  private:
   kern::mega::Instr& add(kern::mega::Op op, int units = 0, int gx = 1, int gy = 1);
+  bool take_norm_forming(const void* x, int m, int64_t cols, AddRmsNormParams* out);
   template <class T>
   void set_body(kern::mega::Instr& in, const T& body);
 
