@@ -3,6 +3,7 @@
 // so they are read with 16-byte non-coherent loads that skip L1 allocation; activations are small
 // and re-read by many warps, so they use the ordinary read-only path (kept in L1/L2).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -77,6 +78,29 @@ __device__ __forceinline__ float dot16_e4m3(const uint4& w, const uint4& x0, con
   acc = dot4_e4m3(w.z, x1.x, x1.y, acc);
   acc = dot4_e4m3(w.w, x1.z, x1.w, acc);
   return acc;
+}
+
+// 16 e4m3 weights against 16 activations given as f16 (eight f16x2 words in two uint4, already
+// scaled into f16's range: |x| < 8, see stage_x_f16 in expert_decode.cuh), for the FP8 expert
+// GEMVs, whose time went into per-element conversions (dot16_e4m3: ~56 instructions a chunk, so
+// an FP8 item took as long as a bf16 item of twice its bytes). Here: 8 conversions e4m3x2 ->
+// f16x2 and 8 packed f16 FMAs, the 16 products summed in f16 (each half-lane sums 8 products of
+// |w| <= 448 and |x| < 8: below 28672, inside f16's 65504), then one conversion of the two
+// halves to fp32. The f16 partial rounds to 11 bits per product over 8 products (~1e-3
+// relative of a 16-element partial); the partials are summed in fp32 as before.
+__device__ __forceinline__ float dot16_e4m3_f16(const uint4& w, const uint4& x0, const uint4& x1) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  __half2 acc = __float2half2_rn(0.f);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(ws[q] & 0xffffu), __NV_E4M3);
+    __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(ws[q] >> 16), __NV_E4M3);
+    acc = __hfma2(*reinterpret_cast<__half2*>(&lo), *reinterpret_cast<const __half2*>(&xs[2 * q]), acc);
+    acc = __hfma2(*reinterpret_cast<__half2*>(&hi), *reinterpret_cast<const __half2*>(&xs[2 * q + 1]), acc);
+  }
+  const float2 f = __half22float2(acc);
+  return f.x + f.y;
 }
 
 // Two fp32 -> packed bf16x2 (round to nearest even), low half = a.

@@ -58,12 +58,80 @@ __device__ __forceinline__ uint32_t small_slot_tokens(const ExpertGemvParams& p,
   return s < ns ? (p.m >= 32 ? 0xffffffffu : (1u << p.m) - 1u) : sr.tokens[s - ns];
 }
 
+// ---- FP8 with f16 activations (one token) ---------------------------------------------------
+// The FP8 items' time went into per-element conversions, not bytes (an FP8 item took ~1.7x a
+// bf16 item of the same bytes, docs/perf/cuda.md): with the activations staged once in shared
+// memory as f16, a 16-element chunk is 8 conversions and 8 packed FMAs (dot16_e4m3_f16).
+// f16 holds 5 exponent bits, so each activation vector is scaled by a power of two 2^-e with
+// |x| 2^-e < 8 (exact: only the exponent moves) and the dot products by 2^e after the sum.
+
+// The exponent e for a vector whose largest magnitude is amax: amax 2^-e in [4, 8) (0: e = 0).
+__device__ __forceinline__ int f16_stage_exponent(float amax) { return amax > 0.f ? ilogbf(amax) - 2 : 0; }
+
+// xs[i] = x[i] 2^-e as f16, by the `threads` threads from `tid`; returns nothing (e given).
+__device__ __forceinline__ void stage_f16(const __nv_bfloat16* x, int n, int e, __half* xs, int tid, int threads) {
+  for (int i = tid * 8; i < n; i += threads * 8) {
+    float f[8];
+    rs::cuda::bf16x8_to_float(ld_cached16(x + i), f);
+    __half2 h[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(ldexpf(f[2 * k], -e), ldexpf(f[2 * k + 1], -e));
+    *reinterpret_cast<uint4*>(xs + i) = *reinterpret_cast<const uint4*>(h);
+  }
+}
+
+__device__ __forceinline__ float amax_bf16(const __nv_bfloat16* x, int n, int tid, int threads) {
+  float m = 0.f;
+  for (int i = tid * 8; i < n; i += threads * 8) {
+    float f[8];
+    rs::cuda::bf16x8_to_float(ld_cached16(x + i), f);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
+  }
+  return m;
+}
+
+// part[r] += this lane's share of dot(row r, x) over all nchunks 16-element chunks, x as staged
+// f16 in shared memory; FP8 block scales applied per chunk (a chunk never straddles a block).
+template <int R, int U>
+__device__ __forceinline__ void fp8_rows_dot_f16(const WeightRow (&rows)[R], const __half* xs, int64_t nchunks,
+                                                 int block_cols, float (&part)[R]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; ++r) part[r] = 0.f;
+  for (int64_t c0 = 0; c0 < nchunks; c0 += 32 * U) {
+    uint4 w[R][U];
+    float s[R][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + u * 32 + lane;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const bool ok = c < nchunks && rows[r].data;
+        w[r][u] = ok ? ld_stream16(rows[r].data + c * 16) : make_uint4(0, 0, 0, 0);
+        s[r][u] = ok ? __ldg(rows[r].scale + (c * 16) / block_cols) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + u * 32 + lane;
+      if (c >= nchunks) continue;
+      const uint4 x0 = *reinterpret_cast<const uint4*>(xs + c * 16);
+      const uint4 x1 = *reinterpret_cast<const uint4*>(xs + c * 16 + 8);
+#pragma unroll
+      for (int r = 0; r < R; ++r) part[r] = fmaf(s[r][u], dot16_e4m3_f16(w[r][u], x0, x1), part[r]);
+    }
+  }
+}
+
 // RP intermediate rows per warp-item (gate and up rows of each): the item's weight bytes are what
 // one warp keeps in flight, and an item costs about one memory round trip whatever its size, so
 // FP8 items take two rows (2 x 2 x 2 KB) to move as many bytes per trip as bf16's one (2 x 4 KB).
-template <bool kFp8, int MT, int U, int RP>
+// kF16 (FP8, one token): x staged as f16 in shared memory xh (hidden halves) and the chunks
+// through dot16_e4m3_f16; otherwise the fp32 path.
+template <bool kFp8, int MT, int U, int RP, bool kF16 = false>
 __device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, SmallRouting& sr,
-                                                 WorkGrid wg = launch_work_grid()) {
+                                                 WorkGrid wg = launch_work_grid(), __half* xh = nullptr) {
   constexpr int E = chunk_elems<kFp8>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
@@ -92,6 +160,18 @@ __device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, Smal
   }
   pdl_wait();  // routing from the router, x from the norm
   small_routing(p, sr);
+  [[maybe_unused]] float x_scale = 1.f;  // 2^e of the staged f16 x
+  static_assert(!kF16 || (kFp8 && MT == 1), "f16 activations: FP8 weights, one token");
+  if constexpr (kF16) {
+    {
+      __shared__ float amax_scratch[32];
+      const int e = f16_stage_exponent(
+          rs::cuda::block_max(amax_bf16(p.x, hidden, threadIdx.x, blockDim.x), amax_scratch));
+      stage_f16(p.x, hidden, e, xh, threadIdx.x, blockDim.x);
+      x_scale = ldexpf(1.f, e);
+      __syncthreads();
+    }
+  }
   const int64_t items = static_cast<int64_t>(ns + sr.n_active) * per_slot;
   for (int64_t it = gw; it < items; it += nw) {
     const int s = static_cast<int>(it / per_slot);
@@ -110,13 +190,20 @@ __device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, Smal
 #pragma unroll
     for (int t = 0; t < MT; ++t) xr[0][t] = (t < p.m && (sel >> t & 1u)) ? p.x + static_cast<int64_t>(t) * hidden : nullptr;
     float part[2 * RP][MT];
-    gemv_warp_partial<kFp8, 2 * RP, MT, U>(rows, xr, 0, hidden / E, gate.block_cols, part);
+    if constexpr (kF16) {
+      float pr[2 * RP];
+      fp8_rows_dot_f16<2 * RP, U>(rows, xh, hidden / E, gate.block_cols, pr);
+#pragma unroll
+      for (int r = 0; r < 2 * RP; ++r) part[r][0] = pr[r];
+    } else {
+      gemv_warp_partial<kFp8, 2 * RP, MT, U>(rows, xr, 0, hidden / E, gate.block_cols, part);
+    }
 #pragma unroll
     for (int r = 0; r < RP; ++r)
 #pragma unroll
       for (int t = 0; t < MT; ++t) {
-        const float g = warp_sum(part[r][t]);
-        const float u = warp_sum(part[RP + r][t]);
+        const float g = warp_sum(part[r][t]) * x_scale;
+        const float u = warp_sum(part[RP + r][t]) * x_scale;
         if (lane == ((r * MT + t) & 31) && xr[0][t] && row0 + r < inter)
           p.h[(static_cast<int64_t>(s) * p.m + t) * inter + row0 + r] = __float2bfloat16_rn(silu(g) * u);
       }
@@ -126,9 +213,10 @@ __device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, Smal
 // out[t, row] = sum over slots of weight(t, slot) * down_slot[row] . h[slot, t]
 // DR hidden rows per block-iteration (bf16 2, FP8 4: the same bytes per warp-item, see gate_up).
 // red: shared memory [kGemvWarps][DR][MT].
-template <bool kFp8, int MT, int U, int DR>
+// kF16 (FP8, one token): every slot's h staged as f16 in shared memory hh (slots x inter halves).
+template <bool kFp8, int MT, int U, int DR, bool kF16 = false>
 __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRouting& sr, float* red,
-                                              WorkGrid wg = launch_work_grid()) {
+                                              WorkGrid wg = launch_work_grid(), __half* hh = nullptr) {
   constexpr int E = chunk_elems<kFp8>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
@@ -150,6 +238,22 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
   pdl_wait();  // routing from the router, h from the gate_up kernel
   small_routing(p, sr);
   const int slots = ns + sr.n_active;
+  // FP8, one token: each warp stages the h of the slots it takes (s = warp, warp + 8, ...) as f16,
+  // each slot scaled by its own power of two (h_scale[s]), once for all its row groups. One token
+  // has at most kMaxSharedSlots + kMaxTopK slots.
+  static_assert(!kF16 || (kFp8 && MT == 1), "f16 activations: FP8 weights, one token");
+  __shared__ float h_scale[kF16 ? kMaxSharedSlots + kMaxTopK : 1];
+  if constexpr (kF16) {
+    {
+      for (int s = warp; s < slots; s += kGemvWarps) {
+        const __nv_bfloat16* h = p.h + static_cast<int64_t>(s) * inter;
+        const int e = f16_stage_exponent(rs::cuda::warp_max(amax_bf16(h, inter, lane, 32)));
+        stage_f16(h, inter, e, hh + static_cast<int64_t>(s) * inter, lane, 32);
+        if (lane == 0) h_scale[s] = ldexpf(1.f, e);
+      }
+      __syncwarp();
+    }
+  }
   for (int64_t rg = wg.index; rg < groups; rg += wg.count) {  // uniform over the block
     float acc[DR][MT];
 #pragma unroll
@@ -168,11 +272,20 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
       for (int t = 0; t < MT; ++t)
         hr[0][t] = (t < p.m && (sel >> t & 1u)) ? p.h + (static_cast<int64_t>(s) * p.m + t) * inter : nullptr;
       float part[DR][MT];
-      gemv_warp_partial<kFp8, DR, MT, U>(rows, hr, 0, inter / E, d.block_cols, part);
+      float slot_scale = 1.f;  // 2^e of the slot's staged f16 h
+      if constexpr (kF16) {
+        float pr[DR];
+        fp8_rows_dot_f16<DR, U>(rows, hh + static_cast<int64_t>(s) * inter, inter / E, d.block_cols, pr);
+#pragma unroll
+        for (int r = 0; r < DR; ++r) part[r][0] = pr[r];
+        slot_scale = h_scale[s];
+      } else {
+        gemv_warp_partial<kFp8, DR, MT, U>(rows, hr, 0, inter / E, d.block_cols, part);
+      }
       // The routing weight is linear in the dot product: lanes apply it before the reduction.
 #pragma unroll
       for (int t = 0; t < MT; ++t) {
-        const float wt = s < ns ? 1.f : (t < kExpertGemvMaxTokens ? sr.weight[t][s - ns] : 0.f);
+        const float wt = slot_scale * (s < ns ? 1.f : (t < kExpertGemvMaxTokens ? sr.weight[t][s - ns] : 0.f));
 #pragma unroll
         for (int r = 0; r < DR; ++r) acc[r][t] = fmaf(wt, part[r][t], acc[r][t]);
       }

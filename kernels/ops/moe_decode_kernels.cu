@@ -7,6 +7,7 @@
 
 #include "kernels/common/carveout.h"
 #include "kernels/common/sm_count.h"
+#include "kernels/common/smem_optin.h"
 #include "kernels/ops/expert_decode.cuh"
 #include "kernels/ops/expert_gemm.cuh"
 #include "kernels/ops/matmul_launch.h"
@@ -42,17 +43,21 @@ int env_int(const char* name, int fallback, int lo, int hi) {
 template <int MT>
 constexpr int small_min_blocks() { return MT <= 2 ? 2 : 1; }
 
-template <bool kFp8, int MT, int U, int RP>
+// kF16: FP8 with the activations staged as f16 in the launch's dynamic shared memory
+// (expert_decode.cuh: x for gate_up, every slot's h for down).
+template <bool kFp8, int MT, int U, int RP, bool kF16 = false>
 __global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>()) expert_decode_gate_up_kernel(ExpertGemvParams p) {
   __shared__ SmallRouting sr;
-  fused_gate_up_op<kFp8, MT, U, RP>(p, sr);
+  extern __shared__ __align__(16) uint8_t f16_smem[];
+  fused_gate_up_op<kFp8, MT, U, RP, kF16>(p, sr, launch_work_grid(), reinterpret_cast<__half*>(f16_smem));
 }
 
-template <bool kFp8, int MT, int U, int DR>
+template <bool kFp8, int MT, int U, int DR, bool kF16 = false>
 __global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>()) expert_decode_down_kernel(ExpertGemvParams p) {
   __shared__ SmallRouting sr;
   __shared__ float red[kGemvWarps * DR * MT];
-  fused_down_op<kFp8, MT, U, DR>(p, sr, red);
+  extern __shared__ __align__(16) uint8_t f16_smem[];
+  fused_down_op<kFp8, MT, U, DR, kF16>(p, sr, red, launch_work_grid(), reinterpret_cast<__half*>(f16_smem));
 }
 
 __global__ void __launch_bounds__(kMaxExperts) expert_decode_group_kernel(ExpertGemmParams p) {
@@ -78,26 +83,28 @@ __global__ void expert_decode_combine_kernel(ExpertGemmParams p) {
   expert_combine_op(p);
 }
 
-template <bool kFp8, int MT, int RP, int DR>
-void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
+template <bool kFp8, int MT, int RP, int DR, bool kF16 = false>
+void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, size_t smem_gu = 0, size_t smem_d = 0) {
   // Weight chunks per lane per batch: a whole 2048-wide gate/up row (bf16 256 chunks, FP8 128);
   // for down one batch covers a whole 1408-wide row of every DR rows (bf16 176 <= 192,
   // FP8 88 <= 96).
   constexpr int U = kFp8 ? 4 : 8, UD = kFp8 ? 3 : 6;
-  auto* gate_up = expert_decode_gate_up_kernel<kFp8, MT, U, RP>;
-  auto* down = expert_decode_down_kernel<kFp8, MT, UD, DR>;
-  static const int occ_gu = resident_blocks_per_sm(gate_up, kGemvThreads);
-  static const int occ_d = resident_blocks_per_sm(down, kGemvThreads);
+  auto* gate_up = expert_decode_gate_up_kernel<kFp8, MT, U, RP, kF16>;
+  auto* down = expert_decode_down_kernel<kFp8, MT, UD, DR, kF16>;
+  (void)allow_dynamic_smem(gate_up, static_cast<int>(smem_gu));  // a refusal shows as the launch's error
+  (void)allow_dynamic_smem(down, static_cast<int>(smem_d));
+  static const int occ_gu = resident_blocks_per_sm(gate_up, kGemvThreads, smem_gu);
+  static const int occ_d = resident_blocks_per_sm(down, kGemvThreads, smem_d);
   const int64_t slots = p.experts.n_shared + std::min(p.experts.num_experts, p.m * p.top_k);
   const int64_t items = slots * ((p.experts.inter + RP - 1) / RP);
   const int64_t gu_blocks = (items + kGemvWarps - 1) / kGemvWarps;
   const int g1 = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(gu_blocks, int64_t(sm_count) * occ_gu)));
   apply_carveout(gate_up, "experts");
-  launch_pdl(gate_up, dim3(g1), dim3(kGemvThreads), 0, s, p);
+  launch_pdl(gate_up, dim3(g1), dim3(kGemvThreads), smem_gu, s, p);
   const int64_t groups = (p.experts.hidden + DR - 1) / DR;
   const int g2 = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(sm_count) * occ_d)));
   apply_carveout(down, "experts");
-  launch_pdl(down, dim3(g2), dim3(kGemvThreads), 0, s, p);
+  launch_pdl(down, dim3(g2), dim3(kGemvThreads), smem_d, s, p);
 }
 
 // Rows per warp-item: bf16 one gate/up row pair and two down rows. FP8 items take twice the rows
@@ -105,9 +112,18 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
 // RS_EXPERT_FP8_ROWS=1 starts a process with FP8 at bf16's row counts, for A/B runs.
 const bool g_fp8_single_rows = env_int("RS_EXPERT_FP8_ROWS", 2, 1, 2) == 1;
 
+// FP8 one-token items read their activations as f16 from shared memory (expert_decode.cuh,
+// dot16_e4m3_f16); RS_EXPERT_FP8_F16=0 starts a process with the fp32 conversions, for A/B runs.
+const bool g_fp8_f16 = env_int("RS_EXPERT_FP8_F16", 1, 0, 1) == 1;
+constexpr size_t kMaxF16Smem = 200 * 1024;
+
 template <bool kFp8, int MT>
 void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   if constexpr (kFp8 && MT == 1) {  // (two tokens: the larger items spill, measured slower)
+    const size_t smem_gu = size_t(p.experts.hidden) * 2;
+    const size_t smem_d = size_t(p.experts.n_shared + std::min(p.experts.num_experts, p.top_k)) * p.experts.inter * 2;
+    if (g_fp8_f16 && !g_fp8_single_rows && smem_gu <= kMaxF16Smem && smem_d <= kMaxF16Smem)
+      return small_mt_rows<kFp8, MT, 2, 4, true>(p, sm_count, s, smem_gu, smem_d);
     if (!g_fp8_single_rows) return small_mt_rows<kFp8, MT, 2, 4>(p, sm_count, s);
   }
   small_mt_rows<kFp8, MT, 1, 2>(p, sm_count, s);
