@@ -1,8 +1,9 @@
 #pragma once
 // The batch-1 decode megakernel's program: the step's ops as a list of instructions, built once
 // on the host (src/backend/cuda/mega_program.cpp) from the same params structs the per-op
-// kernels take, and interpreted by one persistent kernel (decode_megakernel.cu) whose CTAs, one
-// per SM, run every instruction's share of work and meet at a grid barrier after it.
+// kernels take, and interpreted by one persistent kernel (decode_megakernel.cu) whose CTAs (two
+// an SM) run every instruction's share of work and meet at a split grid barrier between
+// instructions (grid_barrier.cuh, instruction_wait.cuh).
 //
 // Plain C++ shared by host and device.
 #include <cstddef>
