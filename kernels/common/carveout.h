@@ -19,6 +19,7 @@
 // Host side; set once per (host thread, device, kernel).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -26,12 +27,10 @@
 
 namespace rs::kern {
 
-// The percent for `family`: RS_CARVEOUT's, else the measured default; -1 for the driver's choice.
-inline int carveout_for(const char* family) {
-  static const std::string spec = [] {
-    const char* v = std::getenv("RS_CARVEOUT");
-    return std::string(v ? v : "");
-  }();
+// The percent for `family` under an RS_CARVEOUT-style spec ("family=percent|driver,..."): the
+// spec's entry, else the measured default; -1 for the driver's choice. Malformed entries are
+// ignored (the default holds).
+inline int carveout_from(const std::string& spec, const char* family) {
   const std::string key = std::string(family) + "=";
   for (size_t b = 0; b < spec.size();) {
     const size_t e = std::min(spec.find(',', b), spec.size());
@@ -47,6 +46,15 @@ inline int carveout_for(const char* family) {
   }
   if (std::strcmp(family, "router") == 0 || std::strcmp(family, "attention1") == 0) return 0;
   return -1;
+}
+
+// The percent for `family` in this process (RS_CARVEOUT, read once).
+inline int carveout_for(const char* family) {
+  static const std::string spec = [] {
+    const char* v = std::getenv("RS_CARVEOUT");
+    return std::string(v ? v : "");
+  }();
+  return carveout_from(spec, family);
 }
 
 inline void apply_carveout(const void* kernel, const char* family) {

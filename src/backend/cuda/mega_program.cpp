@@ -43,8 +43,6 @@ bool MegaProgram::take_norm_forming(const void* x, int m, int64_t cols, AddRmsNo
 
 MegaProgram::MegaProgram(int grid) : grid_(grid) {
   if (grid < 1) throw MegaUnsupported("no SMs to run on");
-  sync_.reset(sizeof(kern::mega::SyncWords), "megakernel sync words");
-  RS_CUDA(cudaMemset(sync_.get(), 0, sync_.bytes()));
 }
 
 Instr& MegaProgram::add(Op op, int units, int gx, int gy) {
@@ -191,6 +189,8 @@ void MegaProgram::finish(const MegaTuning& tuning, int kv_dim, int router_expert
     throw MegaUnsupported(std::to_string(kern::mega::kCtasPerSm) + " CTAs do not fit an SM with " +
                           std::to_string(smem_ >> 10) + " KB of dynamic shared memory each");
   const int grid = grid_;
+  sync_.reset(sizeof(kern::mega::SyncWords), "megakernel sync words");
+  RS_CUDA(cudaMemset(sync_.get(), 0, sync_.bytes()));
   auto* sync = sync_.get<kern::mega::SyncWords>();
   // GEMV geometry for `grid` CTAs of 8 warps (the per-op launcher's rule, gemv_dense_launch_mt):
   // split the width while the items still fit one pass of the CTAs.

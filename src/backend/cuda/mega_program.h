@@ -53,6 +53,8 @@ class MegaProgram {
   void launch(cudaStream_t stream) const;
 
   int instructions() const { return static_cast<int>(prog_.size()); }
+  // The recorded instructions (recording needs no GPU: the device side is made by finish()).
+  const std::vector<kern::mega::Instr>& program() const { return prog_; }
   int grid() const { return grid_; }
   // With MegaTuning::profile: the last launch's time per kind of instruction (its CTAs' work up
   // to the last arrival, then the barrier), as a table; "" otherwise.
