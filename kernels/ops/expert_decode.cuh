@@ -102,16 +102,7 @@ __device__ __forceinline__ void fp8_rows_dot_f16(const WeightRow (&rows)[R], con
   for (int64_t c0 = 0; c0 < nchunks; c0 += 32 * U) {
     uint4 w[R][U];
     float s[R][U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + u * 32 + lane;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const bool ok = c < nchunks && rows[r].data;
-        w[r][u] = ok ? ld_stream16(rows[r].data + c * 16) : make_uint4(0, 0, 0, 0);
-        s[r][u] = ok ? __ldg(rows[r].scale + (c * 16) / block_cols) : 0.f;
-      }
-    }
+    load_weight_batch<true, R, U>(rows, c0, nchunks, block_cols, w, s);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t c = c0 + u * 32 + lane;

@@ -47,6 +47,29 @@ __device__ __forceinline__ WeightRow weight_row(const rs::cuda::DeviceMatrix& w,
   return r;
 }
 
+// One batch of a warp's weight rows into registers: chunk c0 + u * 32 + lane of each row for
+// u < U (zero past c_end or for an absent row), and for FP8 each chunk's block scale.
+template <bool kFp8, int R, int U>
+__device__ __forceinline__ void load_weight_batch(const WeightRow (&rows)[R], int64_t c0, int64_t c_end,
+                                                  int block_cols, uint4 (&w)[R][U], float (&s)[R][U]) {
+  constexpr int E = chunk_elems<kFp8>();
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t c = c0 + u * 32 + lane;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (c < c_end && rows[r].data) {
+        w[r][u] = ld_stream16(rows[r].data + c * 16);
+        if constexpr (kFp8) s[r][u] = __ldg(rows[r].scale + (c * E) / block_cols);
+      } else {
+        w[r][u] = make_uint4(0, 0, 0, 0);
+        if constexpr (kFp8) s[r][u] = 0.f;
+      }
+    }
+  }
+}
+
 // part[r][t] = this lane's share of dot(row r, x row t) over chunks [c_begin, c_end). Rows with
 // data == nullptr and tokens with x == nullptr are skipped (their part stays 0). With kXPerRow
 // each row has its own token rows x[r][t] (experts with their own activations), else all rows
@@ -69,20 +92,7 @@ __device__ __forceinline__ void gemv_warp_partial(const WeightRow (&rows)[RPW],
   for (int64_t c0 = c_begin; c0 < c_end; c0 += 32 * U) {
     uint4 w[RPW][U];
     float s[RPW][U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + u * 32 + lane;
-#pragma unroll
-      for (int r = 0; r < RPW; ++r) {
-        if (c < c_end && rows[r].data) {
-          w[r][u] = ld_stream16(rows[r].data + c * 16);
-          if constexpr (kFp8) s[r][u] = __ldg(rows[r].scale + (c * E) / block_cols);
-        } else {
-          w[r][u] = make_uint4(0, 0, 0, 0);
-          if constexpr (kFp8) s[r][u] = 0.f;
-        }
-      }
-    }
+    load_weight_batch<kFp8, RPW, U>(rows, c0, c_end, block_cols, w, s);
     if constexpr (!kXPerRow) {
       // One activation load per (token, chunk), used by all RPW rows: fewer registers and L1
       // loads than per-row loads (measured: 68 vs 95 registers for one row, one token).
