@@ -81,7 +81,7 @@ __device__ __forceinline__ float dot16_e4m3(const uint4& w, const uint4& x0, con
 }
 
 // 16 e4m3 weights against 16 activations given as f16 (eight f16x2 words in two uint4, already
-// scaled into f16's range: |x| < 8, see stage_x_f16 in expert_decode.cuh), for the FP8 expert
+// scaled into f16's range: |x| < 8, see stage_f16 in expert_decode.cuh), for the FP8 expert
 // GEMVs, whose time went into per-element conversions (dot16_e4m3: ~56 instructions a chunk, so
 // an FP8 item took as long as a bf16 item of twice its bytes). Here: 8 conversions e4m3x2 ->
 // f16x2 and 8 packed f16 FMAs, the 16 products summed in f16 (each half-lane sums 8 products of

@@ -57,9 +57,8 @@ inline int carveout_for(const char* family) {
   return carveout_from(spec, family);
 }
 
+// Called before each launch: after the first call for a (kernel, device) it is one lookup.
 inline void apply_carveout(const void* kernel, const char* family) {
-  const int pct = carveout_for(family);
-  if (pct < 0) return;
   struct Entry {
     const void* kernel;
     int device;
@@ -72,8 +71,10 @@ inline void apply_carveout(const void* kernel, const char* family) {
   }
   for (const Entry& e : done)
     if (e.kernel == kernel && e.device == dev) return;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pct) != cudaSuccess) cudaGetLastError();
   done.push_back({kernel, dev});
+  const int pct = carveout_for(family);
+  if (pct >= 0 && cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pct) != cudaSuccess)
+    cudaGetLastError();
 }
 
 template <class... Args>

@@ -34,10 +34,6 @@ static_assert(kThreads == kGemvThreads && kThreads == rs::cuda::kAbsorbThreads &
                   kThreads == rs::cuda::kAddRmsNormThreads,
               "the megakernel runs every op with its own block size");
 
-static_assert(kAbsorbUnitCols == rs::cuda::kAbsorbCols && kAbsorbUnitTokens == rs::cuda::kAbsorbTokens &&
-                  kVUpUnitWarps == rs::cuda::kVUpWarps && kGemvUnitWarps == kGemvWarps,
-              "the host's unit counts match the ops");
-
 constexpr int kInstrVecs = static_cast<int>(sizeof(Instr) / 16);
 static_assert(kInstrVecs <= kThreads, "one 16-byte piece of the next instruction per thread");
 

@@ -54,11 +54,6 @@ struct RouterArgs {
   int* counters = nullptr;  // one int per 8-token chunk, zero and left zero
 };
 
-// Unit geometry the host needs of the block-style ops (checked against the ops' own constants
-// in decode_megakernel.cu): the absorb's latent columns and tokens a block, W_UV's and the
-// GEMV's warps a block.
-constexpr int kAbsorbUnitCols = 64, kAbsorbUnitTokens = 8, kVUpUnitWarps = 8, kGemvUnitWarps = 8;
-
 constexpr size_t kBodyBytes = 1024;
 
 struct alignas(16) Instr {

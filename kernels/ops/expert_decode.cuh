@@ -68,7 +68,7 @@ __device__ __forceinline__ uint32_t small_slot_tokens(const ExpertGemvParams& p,
 // The exponent e for a vector whose largest magnitude is amax: amax 2^-e in [4, 8) (0: e = 0).
 __device__ __forceinline__ int f16_stage_exponent(float amax) { return amax > 0.f ? ilogbf(amax) - 2 : 0; }
 
-// xs[i] = x[i] 2^-e as f16, by the `threads` threads from `tid`; returns nothing (e given).
+// xs[i] = x[i] 2^-e as f16, shared by `threads` threads of which this is `tid`.
 __device__ __forceinline__ void stage_f16(const __nv_bfloat16* x, int n, int e, __half* xs, int tid, int threads) {
   for (int i = tid * 8; i < n; i += threads * 8) {
     float f[8];
@@ -154,14 +154,11 @@ __device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, Smal
   [[maybe_unused]] float x_scale = 1.f;  // 2^e of the staged f16 x
   static_assert(!kF16 || (kFp8 && MT == 1), "f16 activations: FP8 weights, one token");
   if constexpr (kF16) {
-    {
-      __shared__ float amax_scratch[32];
-      const int e = f16_stage_exponent(
-          rs::cuda::block_max(amax_bf16(p.x, hidden, threadIdx.x, blockDim.x), amax_scratch));
-      stage_f16(p.x, hidden, e, xh, threadIdx.x, blockDim.x);
-      x_scale = ldexpf(1.f, e);
-      __syncthreads();
-    }
+    __shared__ float amax_scratch[32];
+    const int e = f16_stage_exponent(rs::cuda::block_max(amax_bf16(p.x, hidden, threadIdx.x, blockDim.x), amax_scratch));
+    stage_f16(p.x, hidden, e, xh, threadIdx.x, blockDim.x);
+    x_scale = ldexpf(1.f, e);
+    __syncthreads();
   }
   const int64_t items = static_cast<int64_t>(ns + sr.n_active) * per_slot;
   for (int64_t it = gw; it < items; it += nw) {
@@ -235,15 +232,13 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
   static_assert(!kF16 || (kFp8 && MT == 1), "f16 activations: FP8 weights, one token");
   __shared__ float h_scale[kF16 ? kMaxSharedSlots + kMaxTopK : 1];
   if constexpr (kF16) {
-    {
-      for (int s = warp; s < slots; s += kGemvWarps) {
-        const __nv_bfloat16* h = p.h + static_cast<int64_t>(s) * inter;
-        const int e = f16_stage_exponent(rs::cuda::warp_max(amax_bf16(h, inter, lane, 32)));
-        stage_f16(h, inter, e, hh + static_cast<int64_t>(s) * inter, lane, 32);
-        if (lane == 0) h_scale[s] = ldexpf(1.f, e);
-      }
-      __syncwarp();
+    for (int s = warp; s < slots; s += kGemvWarps) {
+      const __nv_bfloat16* h = p.h + static_cast<int64_t>(s) * inter;
+      const int e = f16_stage_exponent(rs::cuda::warp_max(amax_bf16(h, inter, lane, 32)));
+      stage_f16(h, inter, e, hh + static_cast<int64_t>(s) * inter, lane, 32);
+      if (lane == 0) h_scale[s] = ldexpf(1.f, e);
     }
+    __syncwarp();
   }
   for (int64_t rg = wg.index; rg < groups; rg += wg.count) {  // uniform over the block
     float acc[DR][MT];

@@ -146,25 +146,16 @@ bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
     }
   }
   if (p.norm_residual && !p.norm_counter) return false;  // no norm variant for this shape
-  int64_t groups = 0;
-  for (int j = 0; j < p.jobs; ++j) p.group_end[j] = groups += (p.w[j].rows + RPW - 1) / RPW;
-  const int64_t nchunks = p.w[0].cols / (kFp8 ? 16 : 8);
-  auto blocks = [&](int ks) { return (groups * ks + kGemvWarps - 1) / kGemvWarps; };
-  int ks = 1, grid = 0;
+  int grid = gemv_dense_geometry(p, RPW, int64_t(per_sm) * sm_count);
   if (gemv_ab(GemvAb::kOldGrid)) {
     // Earlier rule: split the width until every SM has two blocks' worth of row groups, one block
     // per block group (a second, partly empty wave when that exceeds the resident blocks).
+    const int64_t groups = p.group_end[p.jobs - 1], nchunks = p.w[0].cols / (kFp8 ? 16 : 8);
+    int ks = 1;
     while (ks < kGemvWarps && groups * ks / kGemvWarps < 2 * sm_count && nchunks / (2 * ks) >= 32) ks *= 2;
+    p.ks = ks;
     grid = blocks_for(groups * ks, kGemvWarps, sm_count, 32);
-  } else {
-    // Split the width as far as the work still fits one wave of resident blocks (more warps in
-    // flight for narrow matrices such as kv_a_proj), keeping >= 32 chunks a slice; then launch
-    // at most one wave and let the balanced shares cover the rest.
-    const int64_t resident = int64_t(per_sm) * sm_count;
-    while (ks < kGemvWarps && blocks(2 * ks) <= resident && nchunks / (2 * ks) >= 32) ks *= 2;
-    grid = static_cast<int>(std::max<int64_t>(1, std::min(blocks(ks), resident)));
   }
-  p.ks = ks;
   apply_carveout(kernel, "gemv");
   launch_pdl(kernel, dim3(grid), dim3(kGemvThreads), 0, s, p);
   return true;
@@ -287,6 +278,20 @@ void gemm_dense_typed(const DenseGemmParams& p, int bn, int splits, cudaStream_t
 }
 
 }  // namespace
+
+int gemv_dense_geometry(DenseGemvParams& p, int rows_per_warp, int64_t resident_blocks) {
+  int64_t groups = 0;
+  for (int j = 0; j < p.jobs; ++j) p.group_end[j] = groups += (p.w[j].rows + rows_per_warp - 1) / rows_per_warp;
+  const int64_t nchunks = p.w[0].cols / (p.w[0].type == rs::cuda::WeightType::FP8_E4M3_BLOCK ? 16 : 8);
+  auto blocks = [&](int ks) { return (groups * ks + kGemvWarps - 1) / kGemvWarps; };
+  // Split the width as far as the work still fits one wave of resident blocks (more warps in
+  // flight for narrow matrices such as kv_a_proj), keeping >= 32 chunks a slice; then launch at
+  // most one wave and let the balanced shares cover the rest.
+  int ks = 1;
+  while (ks < kGemvWarps && blocks(2 * ks) <= resident_blocks && nchunks / (2 * ks) >= 32) ks *= 2;
+  p.ks = ks;
+  return static_cast<int>(std::max<int64_t>(1, std::min(blocks(ks), resident_blocks)));
+}
 
 bool matmul_pdl() { return g_matmul_pdl; }
 void set_matmul_pdl(bool on) { g_matmul_pdl = on; }
@@ -431,17 +436,11 @@ void launch_gemv_tc(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int
   const int64_t tiles = (w.rows + 15) / 16;
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(sm_count) * 2))), b(kTcGemvThreads);
   const bool fp8 = w.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
-  if (fp8) {
-    apply_carveout(gemv_tc_kernel<true, 4, true>, "gemv");
-    apply_carveout(gemv_tc_kernel<true, 4, false>, "gemv");
-    if (matmul_pdl()) launch_pdl(gemv_tc_kernel<true, 4, true>, grid, b, 0, s, w, x, m, y);
-    else launch_pdl(gemv_tc_kernel<true, 4, false>, grid, b, 0, s, w, x, m, y);
-  } else {
-    apply_carveout(gemv_tc_kernel<false, 8, true>, "gemv");
-    apply_carveout(gemv_tc_kernel<false, 8, false>, "gemv");
-    if (matmul_pdl()) launch_pdl(gemv_tc_kernel<false, 8, true>, grid, b, 0, s, w, x, m, y);
-    else launch_pdl(gemv_tc_kernel<false, 8, false>, grid, b, 0, s, w, x, m, y);
-  }
+  void (*kernel)(rs::cuda::DeviceMatrix, const __nv_bfloat16*, int, __nv_bfloat16*) =
+      fp8 ? (matmul_pdl() ? gemv_tc_kernel<true, 4, true> : gemv_tc_kernel<true, 4, false>)
+          : (matmul_pdl() ? gemv_tc_kernel<false, 8, true> : gemv_tc_kernel<false, 8, false>);
+  apply_carveout(kernel, "gemv");
+  launch_pdl(kernel, grid, b, 0, s, w, x, m, y);
 }
 
 void launch_gemv_scalar(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, int m,

@@ -103,6 +103,10 @@ bool launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, 
 // looped), vector path only, out_fp32 with bf16 weights only; false (nothing launched) otherwise
 // or when the norm prologue's counter cannot be found. (gemv room, additive)
 bool launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t stream);
+// The register GEMV's work split for p (jobs, w filled) with rows_per_warp rows a row group on
+// resident_blocks blocks of kGemvWarps warps: fills group_end and ks, returns the grid. Its
+// launcher and the decode megakernel's recorder share it.
+int gemv_dense_geometry(DenseGemvParams& p, int rows_per_warp, int64_t resident_blocks);
 // The weight-streaming GEMV (gemv_stream.cuh: bulk copies into a shared-memory ring, the first
 // stages issued before griddepcontrol.wait, one block per SM) for 1-2 tokens. launch_gemv_dense
 // and launch_gemv_dense_jobs (and linear(), linear_group()) take it for the uses switched on

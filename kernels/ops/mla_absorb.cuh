@@ -8,8 +8,6 @@
 
 namespace rs::cuda {
 
-constexpr int kAbsorbTokens = 8;  // queries sharing one pass over a head's W_UK columns
-constexpr int kAbsorbCols = 64;   // latent columns per block: 8 lanes x 8 columns (16-byte loads)
 constexpr int kAbsorbWarps = 8;   // each warp takes 4 rows of W_UK per round, 32 rows per round a block
 constexpr int kAbsorbThreads = kAbsorbWarps * 32;
 constexpr int kAbsorbMaxRounds = 8;  // nope <= 256
@@ -141,7 +139,6 @@ __device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, in
   mla_absorb_q_compute(p, head, chunk, n_begin, n_end, wv, AbsorbSmem{qs, red});
 }
 
-constexpr int kVUpWarps = 8;
 
 // W_UV (mla_v_up_block below). With p.part_o set the block first merges the decode attention's KV splits for its tokens
 // (the flash-decoding combine): weights 2^(lse_s - max) / sum over the splits, in fp32, straight
@@ -311,10 +308,6 @@ __device__ __forceinline__ void mla_v_up_block(const MlaVUpParams& p, int head, 
 // Block b of the decode step's fused launch: blocks [0, kw.n) write one token's cache row each
 // (first, so they overlap the absorb blocks instead of forming a last wave of their own), the
 // rest are the absorb grid (heads x column chunks x token chunks, heads fastest).
-__device__ __forceinline__ int mla_absorb_q_kv_write_blocks(const MlaAbsorbQParams& p, const KvWriteParams& kw) {
-  const int absorb = p.n > 0 ? p.heads * (p.kv_lora / kAbsorbCols) * ((p.n + kAbsorbTokens - 1) / kAbsorbTokens) : 0;
-  return absorb + (kw.n > 0 ? kw.n : 0);
-}
 // sm: the absorb's shared memory where the caller carves it (the decode megakernel, whose ops share
 // one buffer); nullptr: mla_absorb_q_block's own arrays.
 __device__ __forceinline__ void mla_absorb_q_kv_write_block(const MlaAbsorbQParams& p, const KvWriteParams& kw, int block,

@@ -27,8 +27,7 @@ __global__ void __launch_bounds__(kAbsorbThreads, 3) mla_absorb_q_kv_write_kerne
   mla_absorb_q_kv_write_block(p, kw, blockIdx.x);
 }
 void launch_mla_absorb_q_kv_write(const MlaAbsorbQParams& a, const KvWriteParams& kw, cudaStream_t stream) {
-  const int absorb_blocks = a.n > 0 ? a.heads * (a.kv_lora / kAbsorbCols) * ((a.n + kAbsorbTokens - 1) / kAbsorbTokens) : 0;
-  const int blocks = absorb_blocks + (kw.n > 0 ? kw.n : 0);
+  const int blocks = mla_absorb_q_kv_write_blocks(a, kw);
   if (blocks == 0) return;
   kern::apply_carveout(mla_absorb_q_kv_write_kernel, "attention");
   kern::launch_pdl(mla_absorb_q_kv_write_kernel, dim3(blocks), dim3(kAbsorbThreads), 0, stream, a, kw);
@@ -43,13 +42,9 @@ void launch_mla_v_up(const MlaVUpParams& p_in, cudaStream_t stream) {
   if (p_in.n <= 0) return;
   const int sm_query = kern::current_sm_count();
   const int sms = sm_query > 0 ? sm_query : 132;  // sizes the grid only
-  // Rows per warp: merging the splits, two when one row per warp would need more than about one
-  // block per SM (batch 1: 128 blocks instead of 256), so each head's partials (up to 64 KB at
-  // batch 1) are read by half as many blocks; otherwise one (more, smaller blocks in flight).
   MlaVUpParams p = p_in;
   const int chunks = (p.n + kAbsorbTokens - 1) / kAbsorbTokens;
-  const int64_t blocks1 = int64_t(p.heads) * ((p.vdim + kVUpWarps - 1) / kVUpWarps) * chunks;
-  p.rows_per_warp = p.part_o && blocks1 > sms + sms / 4 ? 2 : 1;
+  p.rows_per_warp = mla_v_up_rows_per_warp(p, sms);
   const int rows_per_block = kVUpWarps * p.rows_per_warp;
   const dim3 grid(p.heads, (p.vdim + rows_per_block - 1) / rows_per_block, chunks);
   if (p.rows_per_warp == 2) {

@@ -6,12 +6,19 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/ops/kv_cache_params.h"
 #include "kernels/ops/rope_params.h"
 
 namespace rs::cuda {
+
+// Block geometry of the absorb and W_UV kernels, which their launchers and the decode
+// megakernel's recorder (src/backend/cuda/mega_program.cpp) size their grids from.
+constexpr int kAbsorbTokens = 8;  // queries sharing one pass over a head's W_UK columns
+constexpr int kAbsorbCols = 64;   // latent columns per block: 8 lanes x 8 columns (16-byte loads)
+constexpr int kVUpWarps = 8;
 
 struct MlaAbsorbQParams {
   const __nv_bfloat16* q = nullptr;     // [n, heads, nope + rope]
@@ -47,5 +54,21 @@ void launch_mla_v_up(const MlaVUpParams& p, cudaStream_t stream);
 // 8 tokens for its slice of W_UV rows, and the separate combine kernel's single pass was faster
 // (H200, batch 64: 13.5 vs 14.8 ms a step).
 inline bool mla_v_up_merges_splits(int n) { return n <= 8; }
+
+// Blocks of the decode step's fused absorb + KV-write launch: one per token's cache row, then
+// heads x latent column chunks x token chunks.
+inline int mla_absorb_q_kv_write_blocks(const MlaAbsorbQParams& a, const KvWriteParams& kw) {
+  const int absorb = a.n > 0 ? a.heads * (a.kv_lora / kAbsorbCols) * ((a.n + kAbsorbTokens - 1) / kAbsorbTokens) : 0;
+  return absorb + std::max(kw.n, 0);
+}
+// W_UV rows per warp on a GPU running `blocks_per_wave` blocks at once: merging the splits, two
+// when one row per warp would need more than about one wave (batch 1: 128 blocks instead of 256),
+// so each head's partials (up to 64 KB at batch 1) are read by half as many blocks; otherwise
+// one (more, smaller blocks in flight).
+inline int mla_v_up_rows_per_warp(const MlaVUpParams& p, int blocks_per_wave) {
+  const int chunks = (p.n + kAbsorbTokens - 1) / kAbsorbTokens;
+  const int64_t blocks1 = int64_t(p.heads) * ((p.vdim + kVUpWarps - 1) / kVUpWarps) * chunks;
+  return p.part_o && blocks1 > blocks_per_wave + blocks_per_wave / 4 ? 2 : 1;
+}
 
 }  // namespace rs::cuda

@@ -93,8 +93,12 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, size
   auto* down = expert_decode_down_kernel<kFp8, MT, UD, DR, kF16>;
   (void)allow_dynamic_smem(gate_up, static_cast<int>(smem_gu));  // a refusal shows as the launch's error
   (void)allow_dynamic_smem(down, static_cast<int>(smem_d));
-  static const int occ_gu = resident_blocks_per_sm(gate_up, kGemvThreads, smem_gu);
-  static const int occ_d = resident_blocks_per_sm(down, kGemvThreads, smem_d);
+  // Without dynamic shared memory the occupancy is the kernel's own, asked once; with it (f16
+  // activations) it depends on the model's widths, so it is asked for each launch's bytes.
+  static const int occ_gu0 = resident_blocks_per_sm(gate_up, kGemvThreads);
+  static const int occ_d0 = resident_blocks_per_sm(down, kGemvThreads);
+  const int occ_gu = smem_gu ? resident_blocks_per_sm(gate_up, kGemvThreads, smem_gu) : occ_gu0;
+  const int occ_d = smem_d ? resident_blocks_per_sm(down, kGemvThreads, smem_d) : occ_d0;
   const int64_t slots = p.experts.n_shared + std::min(p.experts.num_experts, p.m * p.top_k);
   const int64_t items = slots * ((p.experts.inter + RP - 1) / RP);
   const int64_t gu_blocks = (items + kGemvWarps - 1) / kGemvWarps;

@@ -147,7 +147,7 @@ TEST_CASE("decode megakernel: an empty program's barriers, relaunches and graph 
   for (int i = 0; i < kInstr; ++i) prog.silu_mul(none);
   cudaStream_t s;
   ok(cudaStreamCreate(&s), "stream");
-  prog.finish(rs::cuda::MegaTuning{}, 576, 64, s);
+  prog.finish(false, 576, 64, s);
   CHECK(prog.instructions() == kInstr);
   for (int i = 0; i < 5; ++i) prog.launch(s);
   ok(cudaStreamSynchronize(s), "eager launches");

@@ -219,7 +219,7 @@ void ForwardPass::upload(const StepPlan& plan, cudaStream_t stream) {
 
 namespace {
 // The megakernel is opt-in (RS_MEGAKERNEL=1) while it is slower than the per-op CUDA graph
-// (docs/perf/cuda.md: 3.5 against 2.4 ms a V2-Lite step on an H200); set_megakernel() switches
+// (docs/perf/cuda.md: 3.2 against 2.2 ms a V2-Lite step on an H200); set_megakernel() switches
 // at run time.
 bool megakernel_default() {
   const char* v = std::getenv("RS_MEGAKERNEL");
@@ -227,11 +227,9 @@ bool megakernel_default() {
 }
 bool g_megakernel = megakernel_default();
 // RS_MEGA_PROFILE=1: per-instruction timestamps of the megakernel (bench forward prints them).
-MegaTuning mega_tuning() {
+bool mega_profile() {
   const char* v = std::getenv("RS_MEGA_PROFILE");
-  MegaTuning t;
-  t.profile = v && v[0] == '1';
-  return t;
+  return v && v[0] == '1';
 }
 }  // namespace
 
@@ -264,7 +262,7 @@ void ForwardPass::build_megakernel(cudaStream_t stream) {
     forward(1, 1, {}, 1, nullptr, stream);
     rec_ = nullptr;
     const int experts = std::max(1, spec_.n_routed_experts);
-    prog->finish(mega_tuning(), spec_.kv_cache_dim(), experts, stream);
+    prog->finish(mega_profile(), spec_.kv_cache_dim(), experts, stream);
     mega_ = std::move(prog);
   } catch (const MegaUnsupported& e) {
     rec_ = nullptr;

@@ -128,9 +128,8 @@ void MegaProgram::lm_head(const LmHeadParams& p) {
 }
 
 void MegaProgram::absorb_kv(const MlaAbsorbQParams& absorb, const KvWriteParams& kv) {
-  if (absorb.kv_lora % kern::mega::kAbsorbUnitCols != 0) throw MegaUnsupported("kv_lora_rank not a multiple of 64");
-  constexpr int C = kern::mega::kAbsorbUnitCols, T = kern::mega::kAbsorbUnitTokens;
-  const int units = absorb.heads * (absorb.kv_lora / C) * ((absorb.n + T - 1) / T) + std::max(kv.n, 0);
+  if (absorb.kv_lora % kAbsorbCols != 0) throw MegaUnsupported("kv_lora_rank not a multiple of 64");
+  const int units = mla_absorb_q_kv_write_blocks(absorb, kv);
   kern::mega::AbsorbKvArgs a;
   a.absorb = absorb;
   a.kv = kv;
@@ -145,13 +144,11 @@ void MegaProgram::attention(const MlaDecodeParams& p) {
 }
 
 void MegaProgram::v_up(const MlaVUpParams& p_in) {
-  // The launcher's rule (launch_mla_v_up), with the megakernel's CTAs for the SMs' blocks.
+  // The launcher's rule (launch_mla_v_up), with the megakernel's CTAs as the wave.
   MlaVUpParams p = p_in;
-  constexpr int W = kern::mega::kVUpUnitWarps, T = kern::mega::kAbsorbUnitTokens;
-  const int chunks = (p.n + T - 1) / T;
-  const int64_t blocks1 = int64_t(p.heads) * ((p.vdim + W - 1) / W) * chunks;
-  p.rows_per_warp = p.part_o && blocks1 > grid_ + grid_ / 4 ? 2 : 1;
-  const int row_chunks = (p.vdim + W * p.rows_per_warp - 1) / (W * p.rows_per_warp);
+  const int chunks = (p.n + kAbsorbTokens - 1) / kAbsorbTokens;
+  p.rows_per_warp = mla_v_up_rows_per_warp(p, grid_);
+  const int row_chunks = (p.vdim + kVUpWarps * p.rows_per_warp - 1) / (kVUpWarps * p.rows_per_warp);
   Instr& in = add(Op::kVUp, p.heads * row_chunks * chunks, p.heads, row_chunks);
   in.variant = p.rows_per_warp;
   set_body(in, p);
@@ -181,7 +178,7 @@ void MegaProgram::rmsnorm_rows(const RmsNormRowsParams& p) { set_body(add(Op::kR
 
 void MegaProgram::silu_mul(const SiluMulParams& p) { set_body(add(Op::kSiluMul), p); }
 
-void MegaProgram::finish(const MegaTuning& tuning, int kv_dim, int router_experts, cudaStream_t stream) {
+void MegaProgram::finish(bool profile, int kv_dim, int router_experts, cudaStream_t stream) {
   if (prog_.empty()) throw MegaUnsupported("an empty step");
   smem_ = kern::mega::dynamic_smem_bytes(kv_dim, router_experts);
   const int per_sm = kern::mega::resident_ctas_per_sm(smem_);
@@ -192,22 +189,14 @@ void MegaProgram::finish(const MegaTuning& tuning, int kv_dim, int router_expert
   sync_.reset(sizeof(kern::mega::SyncWords), "megakernel sync words");
   RS_CUDA(cudaMemset(sync_.get(), 0, sync_.bytes()));
   auto* sync = sync_.get<kern::mega::SyncWords>();
-  // GEMV geometry for `grid` CTAs of 8 warps (the per-op launcher's rule, gemv_dense_launch_mt):
-  // split the width while the items still fit one pass of the CTAs.
+  // GEMV geometry: the per-op launcher's split, with the megakernel's CTAs as the resident blocks.
   for (Instr& in : prog_) {
     if (in.op != Op::kGemv) continue;
     auto& p = reinterpret_cast<kern::mega::GemvArgs*>(in.body)->p;
-    int64_t groups = 0;
-    for (int j = 0; j < p.jobs; ++j)
-      p.group_end[j] = groups += (p.w[j].rows + kern::mega::kGemvRowsPerWarp - 1) / kern::mega::kGemvRowsPerWarp;
-    const int64_t nchunks = p.w[0].cols / (p.w[0].type == WeightType::FP8_E4M3_BLOCK ? 16 : 8);
-    auto blocks = [&](int ks) { return (groups * ks + kern::mega::kGemvUnitWarps - 1) / kern::mega::kGemvUnitWarps; };
-    int ks = 1;
-    while (ks < kern::mega::kGemvUnitWarps && blocks(2 * ks) <= grid && nchunks / (2 * ks) >= 32) ks *= 2;
-    p.ks = ks;
+    kern::gemv_dense_geometry(p, kern::mega::kGemvRowsPerWarp, grid);
     if (p.norm_residual) p.norm_counter = &sync->norm_ticket;
   }
-  if (tuning.profile) stamps_.reset((prog_.size() + 1) * sizeof(uint64_t), "megakernel profile");
+  if (profile) stamps_.reset((prog_.size() + 1) * sizeof(uint64_t), "megakernel profile");
   dev_prog_.reset(prog_.size() * sizeof(Instr), "megakernel program");
   RS_CUDA(cudaMemcpyAsync(dev_prog_.get(), prog_.data(), prog_.size() * sizeof(Instr), cudaMemcpyHostToDevice, stream));
   RS_CUDA(cudaStreamSynchronize(stream));

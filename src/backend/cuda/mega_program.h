@@ -23,12 +23,6 @@ struct MegaUnsupported : Error {
   explicit MegaUnsupported(const std::string& why) : Error("megakernel: " + why) {}
 };
 
-// What the host may tune of a program (RS_MEGA_* environment switches in forward_pass.cpp, for
-// A/B runs of whole steps).
-struct MegaTuning {
-  bool profile = false;  // per-instruction timestamps (profile_table())
-};
-
 class MegaProgram {
  public:
   explicit MegaProgram(int grid);  // grid: the CTAs, one per SM
@@ -48,15 +42,15 @@ class MegaProgram {
   void silu_mul(const SiluMulParams& p);
 
   // Done recording: the GEMV geometry for the grid, and the upload (synchronous: not while
-  // capturing).
-  void finish(const MegaTuning& tuning, int kv_dim, int router_experts, cudaStream_t stream);
+  // capturing). profile: per-instruction timestamps (profile_table()).
+  void finish(bool profile, int kv_dim, int router_experts, cudaStream_t stream);
   void launch(cudaStream_t stream) const;
 
   int instructions() const { return static_cast<int>(prog_.size()); }
   // The recorded instructions (recording needs no GPU: the device side is made by finish()).
   const std::vector<kern::mega::Instr>& program() const { return prog_; }
   int grid() const { return grid_; }
-  // With MegaTuning::profile: the last launch's time per kind of instruction (its CTAs' work up
+  // With finish(profile = true): the last launch's time per kind of instruction (its CTAs' work up
   // to the last arrival, then the barrier), as a table; "" otherwise.
   std::string profile_table() const;
 
