@@ -329,7 +329,7 @@ void for_each_token(const std::string& s, F&& fn) {
 
 constexpr unsigned kGemvAbCount = static_cast<unsigned>(GemvAb::kCount);
 const char* const kGemvAbNames[kGemvAbCount] = {"oldgrid",  "nogroup", "oldlmhead",    "nofp8group",
-                                                "nofold",   "nofp8tc", "nofp8normpair"};
+                                                "nofold",   "nofp8tc", "nofp8normpair", "fp8tc1"};
 unsigned parse_gemv_ab() {
   const char* v = std::getenv("RS_GEMV_AB");
   unsigned bits = 0;

@@ -144,9 +144,10 @@ uint64_t gemv_stream_launches();
 // warp-per-row lm_head kernel), "nofp8group" (FP8 jobs that would take the tensor-core GEMV
 // alone are not grouped), "nofold" (the attention input's add + RMSNorm as its own kernel, not
 // the grouped GEMV's prologue), "nofp8tc" (FP8 GEMVs on the CUDA-core kernel), "nofp8normpair"
-// (the FP8 norm-prologue launch one row a warp). Asked on every launch: a bit test, the token
-// text is parsed once. (gemv room, additive)
-enum class GemvAb : unsigned { kOldGrid, kNoGroup, kOldLmHead, kNoFp8Group, kNoFold, kNoFp8Tc, kNoFp8NormPair, kCount };
+// (the FP8 norm-prologue launch one row a warp), "fp8tc1" (one-token FP8 GEMVs on the
+// tensor-core kernel, the rule before 2026-11-30's sixth session). Asked on every launch: a bit
+// test, the token text is parsed once. (gemv room, additive)
+enum class GemvAb : unsigned { kOldGrid, kNoGroup, kOldLmHead, kNoFp8Group, kNoFold, kNoFp8Tc, kNoFp8NormPair, kFp8Tc1, kCount };
 bool gemv_ab(GemvAb which);
 // Dense, m <= 8, tensor-core GEMV (gemv_tc.cuh): the default where gemv_tc_ok(w) (bf16, or
 // FP8 with block_rows % 16 == 0 and block_cols % 64 == 0) on the vector path.

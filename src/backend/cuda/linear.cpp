@@ -60,14 +60,17 @@ bool vector_path_ok(const DeviceMatrix& w, const void* x) {
   return w.cols % chunk == 0 && aligned16(w.data) && aligned16(x) && (!fp8 || w.block_cols % 16 == 0);
 }
 
-// Measured on an H200 (docs/perf/matmul.md): the tensor-core GEMV wins for FP8 (no per-element
-// conversion to fp32) once there are enough 16-row tiles to fill the GPU, and for bf16 from two
-// tokens on or on narrow matrices; the CUDA-core GEMV wins for one bf16 token on wide matrices
-// and for few rows (it splits the width across warps).
+// Measured on an H200 (docs/perf/matmul.md, perf/cuda.md): the tensor-core GEMV wins for FP8
+// from two tokens on (no per-element conversion to fp32, one weight read for up to 8 tokens) once
+// there are enough 16-row tiles to fill the GPU, and for bf16 from two tokens on or on narrow
+// matrices; the CUDA-core GEMV wins for one bf16 token on wide matrices, for few rows (it splits
+// the width across warps), and for one FP8 token inside the decode graph (sixth session: o_proj
+// 3.7 against 4.9 us a layer, the step 1-2% shorter).
 bool gemv_takes_tensor_cores(const DeviceMatrix& w, int m) {
   const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
   if (fp8 && kern::gemv_ab(kern::GemvAb::kNoFp8Tc)) return false;  // A/B: FP8 GEMVs on the CUDA-core kernel
-  return kern::gemv_tc_ok(w) && (fp8 ? w.rows >= 1024 : (m >= 2 || w.cols <= 1024));
+  const bool fp8_one_token_tc = kern::gemv_ab(kern::GemvAb::kFp8Tc1);  // A/B: the earlier rule
+  return kern::gemv_tc_ok(w) && (fp8 ? w.rows >= 1024 && (m >= 2 || fp8_one_token_tc) : (m >= 2 || w.cols <= 1024));
 }
 
 int tile_tokens_for(int64_t tokens_per_tile) {
