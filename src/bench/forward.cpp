@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "bench/bench_commands.h"
+#include "bench/timeline_report.h"
 #include "common/error.h"
 #include "common/read_file.h"
 #include "model/model_spec.h"
@@ -31,6 +32,7 @@ struct ForwardArgs {
   int batch = 1, context = 1024, tokens = 0, iters = 20, warmup = 3;
   uint64_t seed = 0;
   bool ablate = false;
+  std::string timeline;  // CSV of one decode graph replay's kernels (CUPTI)
 };
 
 void cuda_ok(cudaError_t e, const char* what) {
@@ -199,6 +201,28 @@ void run_forward(const ForwardArgs& a) {
       ablation.push_back({{"kernel", k.kernel}, {"nodes", k.nodes}, {"cost_us", k.cost_us}});
     }
   }
+  if (!a.timeline.empty()) {
+    if (a.phase != "decode") throw Error("bench forward --timeline: decode steps only (they run as CUDA graphs)");
+    const std::vector<TimelineRow> rows = timeline_rows(cuda_decode_graph_timeline(*backend, 3));
+    std::ofstream f(a.timeline);
+    if (!f) throw Error("--timeline: cannot write '" + a.timeline + "'");
+    f << timeline_csv(rows);
+    const TimelineTotals t = timeline_totals(rows);
+    std::printf("  kernel timeline of one graph replay (CUPTI; all %d kernels in %s):\n", t.kernels, a.timeline.c_str());
+    std::printf("    first start to last end %.1f us: a kernel running %.1f us, none %.1f us; durations add up to %.1f us\n",
+                t.span_us, t.busy_us, t.idle_us, t.sum_us);
+    // One MoE layer in the middle of the step: the kernels around its router.
+    int routers = 0;
+    for (const TimelineRow& r : rows) routers += r.kernel.find("router") != std::string::npos;
+    const std::vector<TimelineRow> w = timeline_window(rows, "router", routers / 2, 6, 5);
+    if (!w.empty()) {
+      std::printf("    around router %d of %d (us from the step's first kernel; gap < 0: overlap with the previous):\n",
+                  routers / 2, routers);
+      std::printf("    %9s %9s %8s %8s  %s\n", "start", "end", "dur", "gap", "kernel");
+      for (const TimelineRow& r : w)
+        std::printf("    %9.2f %9.2f %8.2f %8.2f  %s\n", r.start_us, r.end_us, r.dur_us, r.gap_us, r.kernel.c_str());
+    }
+  }
   if (!a.json.empty()) {
     nlohmann::json j = {{"gpu", prop.name},
                         {"model", a.model.empty() ? a.config : a.model},
@@ -246,6 +270,9 @@ void add_forward(CLI::App& bench) {
   cmd->add_option("--json", a->json, "also write the figures to this file");
   cmd->add_flag("--ablate", a->ablate,
                 "decode: also print each kernel's in-graph cost (its graph nodes disabled in turn)");
+  cmd->add_option("--timeline", a->timeline,
+                  "decode: write when each kernel of one graph replay ran to this CSV (CUPTI, loaded at run "
+                  "time) and print one MoE layer's window");
   cmd->callback([a] { run_forward(*a); });
 }
 

@@ -148,6 +148,16 @@ for q in bf16 fp8; do
   ROWS+=("in-graph b1 $q, us a node|$(grep -o 'whole graph [0-9.]* ms' "$OUTDIR/ablate_b1_$q.log"): $(sed -n '/us\/node/,$p' "$OUTDIR/ablate_b1_$q.log" | sed 1d | head -4 | awk '{sub(/<.*/, "", $4); printf "%s %s  ", $4, $3}')")
 done
 
+# When each kernel of one batch-1 graph replay ran (CUPTI): the overlap PDL buys and the bubbles.
+for q in bf16 fp8; do
+  qa=""; [ $q = fp8 ] && qa="--quantization fp8"
+  echo "== bench forward --timeline: b1 ctx1K $q"
+  CUDA_VISIBLE_DEVICES=0 timeout 120 "$RS" bench forward --config "$CFG" --load-format dummy --phase decode \
+    --batch 1 --context 1024 --iters 5 --timeline "$OUTDIR/timeline_b1_$q.csv" $qa > "$OUTDIR/timeline_b1_$q.log" 2>&1
+  sed -n '/kernel timeline/,$p' "$OUTDIR/timeline_b1_$q.log" | head -18
+  ROWS+=("timeline b1 $q|$(grep -o 'first start to last end.*' "$OUTDIR/timeline_b1_$q.log" || tail -1 "$OUTDIR/timeline_b1_$q.log")")
+done
+
 echo "== bench mla-prefill (attention kernel alone)"
 CUDA_VISIBLE_DEVICES=0 timeout 120 "$RS" bench mla-prefill --iters 20 > "$OUTDIR/mla_prefill.log" 2>&1
 tail -8 "$OUTDIR/mla_prefill.log"

@@ -110,6 +110,12 @@ class CudaBackend final : public Backend {
     return cuda::ablate_graph(it->second.graph, it->second.exec, stream_, replays);
   }
 
+  std::vector<cuda::KernelSpan> trace_last_decode_graph(int replays) {
+    auto it = graphs_.find(last_bucket_);
+    if (it == graphs_.end()) throw Error("kernel timeline: no decode step has run as a CUDA graph yet");
+    return cuda::trace_graph_replays(it->second.graph, it->second.exec, stream_, replays);
+  }
+
   CudaStepTraffic last_traffic() {
     CudaStepTraffic t;
     RS_CUDA(cudaStreamSynchronize(stream_));
@@ -370,6 +376,12 @@ cuda::GraphAblation cuda_decode_graph_ablation(Backend& b, int replays) {
   auto* cb = dynamic_cast<CudaBackend*>(&b);
   if (!cb) throw Error("graph ablation: backend '" + b.name() + "' is not the CUDA backend");
   return cb->ablate_last_decode_graph(replays);
+}
+
+std::vector<cuda::KernelSpan> cuda_decode_graph_timeline(Backend& b, int replays) {
+  auto* cb = dynamic_cast<CudaBackend*>(&b);
+  if (!cb) throw Error("kernel timeline: backend '" + b.name() + "' is not the CUDA backend");
+  return cb->trace_last_decode_graph(replays);
 }
 
 CudaStepTraffic cuda_last_step_traffic(Backend& b) {

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/graph_ablation.h"
+#include "backend/cuda/kernel_timeline.h"
 
 namespace rs {
 // Number of usable CUDA devices; 0 (with `why` set) when there is no driver or no GPU.
@@ -43,4 +44,8 @@ std::vector<float> cuda_last_step_logits(Backend& b, int row);
 // In-graph cost of each kernel of the last decode step's CUDA graph (graph_ablation.h), for
 // `bench forward --ablate`. Throws rs::Error if `b` is not the CUDA backend or no decode graph ran.
 cuda::GraphAblation cuda_decode_graph_ablation(Backend& b, int replays);
+
+// When each kernel of the last decode step's CUDA graph ran, from the last of `replays` replays
+// traced through CUPTI (kernel_timeline.h), for `bench forward --timeline`.
+std::vector<cuda::KernelSpan> cuda_decode_graph_timeline(Backend& b, int replays);
 }  // namespace rs

@@ -1,39 +1,19 @@
 #include "backend/cuda/graph_ablation.h"
 
-#include <cxxabi.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_name.h"
 
 namespace rs::cuda {
 namespace {
 
 std::string kernel_name(const void* func) {
   const char* mangled = nullptr;
-  if (cudaFuncGetName(&mangled, func) != cudaSuccess || !mangled) return "?";
-  int status = 0;
-  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  std::string s = status == 0 && d ? d : mangled;
-  std::free(d);
-  for (const std::string ns : {"(anonymous namespace)::", "rs::cuda::", "rs::kern::", "rs::"})
-    for (size_t p; (p = s.find(ns)) != std::string::npos;) s.erase(p, ns.size());
-  if (s.rfind("void ", 0) == 0) s.erase(0, 5);
-  // Drop the parameter list: the '(' matching the final ')' (template arguments hold parentheses
-  // too, e.g. "(bool)0").
-  if (!s.empty() && s.back() == ')') {
-    int depth = 0;
-    for (size_t i = s.size(); i-- > 0;) {
-      depth += s[i] == ')' ? 1 : s[i] == '(' ? -1 : 0;
-      if (depth == 0) {
-        s.erase(i);
-        break;
-      }
-    }
-  }
-  return s;
+  if (cudaFuncGetName(&mangled, func) != cudaSuccess) mangled = nullptr;
+  return short_kernel_name(mangled);
 }
 
 double median_replay_ms(cudaGraphExec_t exec, cudaStream_t stream, int replays) {
