@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/comm/comm_layout.h"
+#include "kernels/common/global_timer.cuh"
 
 namespace rs::comm {
 
@@ -139,11 +140,7 @@ __device__ __forceinline__ void store_vec(void* base, uint64_t count, uint64_t v
 }
 
 // ---- bounded spin-wait -----------------------------------------------------------------------
-__device__ __forceinline__ uint64_t global_time_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+using rs::kern::global_time_ns;
 
 // Where a wait stands, for the diagnostic a timeout prints.
 struct WaitSite {

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "kernels/common/global_timer.cuh"
+
 namespace rs::kern {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -52,11 +54,6 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
   return done != 0u;
 }
 
-__device__ __forceinline__ uint64_t bulk_global_time_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // Wait until the barrier's phase of this parity has completed. Bounded like every spin-wait of
 // the project: a copy that never lands (a bad address traps first; a byte count that does not
@@ -66,10 +63,10 @@ constexpr uint64_t kMbarTimeoutNs = 2000000000ull;  // 2 s: no stage takes more 
 // static: internal linkage, so that every translation unit including this header may keep its copy
 // (a non-inline __device__ function also gets a host stub, which would be defined twice).
 static __device__ __noinline__ void mbar_wait_slow(uint64_t* bar, uint32_t parity, const char* site) {
-  const uint64_t start = bulk_global_time_ns();
+  const uint64_t start = global_time_ns();
   for (uint32_t spin = 1;; ++spin) {
     if (mbar_try_wait(bar, parity)) return;
-    if ((spin & 1023u) == 0u && bulk_global_time_ns() - start > kMbarTimeoutNs) {
+    if ((spin & 1023u) == 0u && global_time_ns() - start > kMbarTimeoutNs) {
       printf("rackserve: mbarrier wait timed out (%s): block %d thread %d, parity %u, after %llu ms; trapping\n",
              site, blockIdx.x, threadIdx.x, parity, static_cast<unsigned long long>(kMbarTimeoutNs / 1000000));
       __trap();

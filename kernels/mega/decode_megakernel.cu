@@ -44,7 +44,7 @@ __device__ __forceinline__ const T& body_as(const Instr& in) {
 
 __device__ __noinline__ void run_gemv(const DenseGemvParams& p, float* red, __nv_bfloat16* xs) {
   constexpr int R = kGemvRowsPerWarp;
-  const WorkGrid wg{static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x)};
+  const WorkGrid wg = launch_work_grid();  // the megakernel's CTAs
   const bool norm = p.norm_residual != nullptr;
   if (p.w[0].type == rs::cuda::WeightType::FP8_E4M3_BLOCK) {
     if (norm) gemv_dense_op<true, R, 1, 4, true, __nv_bfloat16, true>(p, red, xs, wg);
@@ -72,7 +72,7 @@ __device__ __noinline__ void down_leaf(const ExpertGemvParams& p, SmallRouting& 
 
 __device__ __forceinline__ void run_experts(const Instr& in, SmallRouting& sr, float* red) {
   const ExpertGemvParams& p = body_as<ExpertGemvParams>(in);
-  const WorkGrid wg{static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x)};
+  const WorkGrid wg = launch_work_grid();  // the megakernel's CTAs
   const bool fp8 = p.experts.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
   if (in.op == Op::kExpertGateUp) {
     if (fp8) gate_up_leaf<true, 4, 2>(p, sr, wg);

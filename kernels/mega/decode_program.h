@@ -38,8 +38,8 @@ enum class Op : int32_t {
 struct GemvArgs {
   DenseGemvParams p;  // group_end for kGemvRowsPerWarp rows a group, ks and norm_counter set
 };
-// Rows a warp takes per item in the megakernel's GEMVs: with one CTA of 8 warps an SM, two rows
-// keep twice the bytes in flight a warp.
+// Rows a warp takes per item in the megakernel's GEMVs: two rows keep twice a row's bytes in
+// flight a warp (chosen when the megakernel ran one CTA of 8 warps an SM; kept at two CTAs).
 constexpr int kGemvRowsPerWarp = 2;
 
 struct AbsorbKvArgs {

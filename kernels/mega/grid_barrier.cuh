@@ -21,17 +21,13 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "kernels/common/global_timer.cuh"
 #include "kernels/mega/instruction_wait.cuh"
 
 namespace rs::kern::mega {
 
 constexpr uint64_t kGridBarrierTimeoutNs = 2000000000ull;  // 2 s: no instruction takes more than microseconds
 
-__device__ __forceinline__ uint64_t global_time_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 __device__ unsigned grid_load_acquire(const unsigned* p) {
   unsigned v;

@@ -138,15 +138,7 @@ __device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, Smal
     for (int part = 0; part < 2; ++part) {
       const rs::cuda::DeviceMatrix m = expert_matrix(p.experts, p.experts.num_experts + k, part);
 #pragma unroll
-      for (int r = 0; r < RP; ++r) {
-        const WeightRow wr = weight_row(m, (gw % per_slot) * RP + r, kFp8);
-        if (!wr.data) continue;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int64_t c = u * 32 + lane;
-          if (c < hidden / E) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr.data + c * 16));
-        }
-      }
+      for (int r = 0; r < RP; ++r) prefetch_weight_row<U>(weight_row(m, (gw % per_slot) * RP + r, kFp8), 0, hidden / E);
     }
   }
   pdl_wait();  // routing from the router, x from the norm
@@ -213,15 +205,7 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
   if (warp < ns && wg.index < groups) {  // first rows of this warp's shared slot, towards L2
     const rs::cuda::DeviceMatrix d = expert_matrix(p.experts, p.experts.num_experts + warp, kPartDown);
 #pragma unroll
-    for (int r = 0; r < DR; ++r) {
-      const WeightRow wr = weight_row(d, static_cast<int64_t>(wg.index) * DR + r, kFp8);
-      if (!wr.data) continue;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t c = u * 32 + lane;
-        if (c < inter / E) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr.data + c * 16));
-      }
-    }
+    for (int r = 0; r < DR; ++r) prefetch_weight_row<U>(weight_row(d, static_cast<int64_t>(wg.index) * DR + r, kFp8), 0, inter / E);
   }
   pdl_wait();  // routing from the router, h from the gate_up kernel
   small_routing(p, sr);

@@ -70,6 +70,20 @@ __device__ __forceinline__ void load_weight_batch(const WeightRow (&rows)[R], in
   }
 }
 
+// The chunks load_weight_batch would load of one row at c0 (u < U, below c_end), towards L2
+// only: a weight prologue before griddepcontrol.wait that holds no registers (a real load there
+// made the wait hold the warp until it landed).
+template <int U>
+__device__ __forceinline__ void prefetch_weight_row(const WeightRow& row, int64_t c0, int64_t c_end) {
+  if (!row.data) return;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t c = c0 + u * 32 + lane;
+    if (c < c_end) asm volatile("prefetch.global.L2 [%0];" ::"l"(row.data + c * 16));
+  }
+}
+
 // part[r][t] = this lane's share of dot(row r, x row t) over chunks [c_begin, c_end). Rows with
 // data == nullptr and tokens with x == nullptr are skipped (their part stays 0). With kXPerRow
 // each row has its own token rows x[r][t] (experts with their own activations), else all rows
@@ -272,15 +286,8 @@ __device__ __forceinline__ void gemv_dense_op(const DenseGemvParams& p,
     if (i_begin < i_end && g < groups) {
       const GemvJobView j = gemv_job_of(p, g);
 #pragma unroll
-      for (int r = 0; r < RPW; ++r) {
-        const WeightRow row = weight_row(j.w, (g - j.first_group) * RPW + r, kFp8);
-        if (!row.data) continue;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int64_t c = c_begin + u * 32 + lane;
-          if (c < c_end) asm volatile("prefetch.global.L2 [%0];" ::"l"(row.data + c * 16));
-        }
-      }
+      for (int r = 0; r < RPW; ++r)
+        prefetch_weight_row<U>(weight_row(j.w, (g - j.first_group) * RPW + r, kFp8), c_begin, c_end);
     }
     pdl_wait();
   }

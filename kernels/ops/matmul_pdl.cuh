@@ -1,7 +1,4 @@
 #pragma once
-#ifdef RS_MEGAKERNEL_TU
-#include "kernels/mega/instruction_wait.cuh"
-#endif
 // Programmatic dependent launch (PDL) for the matmul and op kernels (launch_with_pdl below also
 // serves the comm kernels). Every matmul kernel lets the next kernel in the stream start early
 // (launch_dependents at entry) and waits for its own predecessor (griddepcontrol.wait) only
@@ -9,19 +6,14 @@
 // workspaces) or writes anything. Weights are constant during a step, so they may be streamed in
 // before the wait: that overlaps a kernel's weight traffic with the tail of the previous kernel.
 // wait() returns once every prerequisite grid has completed and its memory is visible; without
-// the launch attribute both instructions are no-ops.
+// the launch attribute both instructions are no-ops. The device side is kernels/common/pdl.cuh's
+// (which also says what they become inside the decode megakernel); these are its names here.
+#include "kernels/common/pdl.cuh"
+
 namespace rs::kern {
 
-#ifdef RS_MEGAKERNEL_TU
-// The decode megakernel: the wait is its previous instruction's (kernels/mega/instruction_wait.cuh).
-__device__ __forceinline__ void pdl_launch_dependents() {}
-__device__ __forceinline__ void pdl_wait() { rs::kern::mega::wait_for_previous_instruction(); }
-#else
-__device__ __forceinline__ void pdl_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-#endif
+__device__ __forceinline__ void pdl_launch_dependents() { rs::pdl::launch_dependents(); }
+__device__ __forceinline__ void pdl_wait() { rs::pdl::wait(); }
 
 }  // namespace rs::kern
 

@@ -5,24 +5,23 @@
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
 #include "backend/cuda/kernel_timeline.h"
+#include "kernels/common/global_timer.cuh"
 
 namespace {
 
-// Spins for at least `ns` of GPU time (globaltimer), one block.
-__global__ void timeline_spin_a(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+// Two kernels of their own names, each spinning for at least `ns` of GPU time.
+__device__ void spin_for(unsigned long long ns) {
+  const uint64_t t0 = rs::kern::global_time_ns();
+  while (rs::kern::global_time_ns() - t0 < ns) {
+  }
 }
-__global__ void timeline_spin_b(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
-}
+__global__ void timeline_spin_a(unsigned long long ns) { spin_for(ns); }
+__global__ void timeline_spin_b(unsigned long long ns) { spin_for(ns); }
 
 }  // namespace
 
