@@ -105,15 +105,13 @@ class CudaBackend final : public Backend {
   std::vector<SeqResult> execute(const Batch& batch) override;
 
   cuda::GraphAblation ablate_last_decode_graph(int replays) {
-    auto it = graphs_.find(last_bucket_);
-    if (it == graphs_.end()) throw Error("graph ablation: no decode step has run as a CUDA graph yet");
-    return cuda::ablate_graph(it->second.graph, it->second.exec, stream_, replays);
+    const auto& g = last_decode_graph("graph ablation");
+    return cuda::ablate_graph(g.graph, g.exec, stream_, replays);
   }
 
   std::vector<cuda::KernelSpan> trace_last_decode_graph(int replays) {
-    auto it = graphs_.find(last_bucket_);
-    if (it == graphs_.end()) throw Error("kernel timeline: no decode step has run as a CUDA graph yet");
-    return cuda::trace_graph_replays(it->second.graph, it->second.exec, stream_, replays);
+    const auto& g = last_decode_graph("kernel timeline");
+    return cuda::trace_graph_replays(g.graph, g.exec, stream_, replays);
   }
 
   CudaStepTraffic last_traffic() {
@@ -218,6 +216,12 @@ class CudaBackend final : public Backend {
     cudaGraphExec_t exec;
   };
   std::map<int, DecodeGraph> graphs_;
+  // The graph of the last decode step, for the measurement tools (`what` names the caller).
+  const DecodeGraph& last_decode_graph(const char* what) const {
+    auto it = graphs_.find(last_bucket_);
+    if (it == graphs_.end()) throw Error(std::string(what) + ": no decode step has run as a CUDA graph yet");
+    return it->second;
+  }
   int last_bucket_ = 0;
   int last_tokens_ = 0;
   uint64_t last_kv_bytes_ = 0;
@@ -353,41 +357,35 @@ std::unique_ptr<Backend> make_cuda_backend_dummy(const ModelSpec& spec, uint64_t
   return std::make_unique<CudaBackend>(spec, dummy_device_weights(spec, seed));
 }
 
-std::vector<float> cuda_last_step_routing_margins(Backend& b) {
+namespace {
+// `b` as the CUDA backend, for the CUDA-only accessors below (`what` names the caller).
+CudaBackend& cuda_backend_of(Backend& b, const char* what) {
   auto* cb = dynamic_cast<CudaBackend*>(&b);
-  if (!cb) throw Error("routing margins: backend '" + b.name() + "' is not the CUDA backend");
-  return cb->last_margins();
+  if (!cb) throw Error(std::string(what) + ": backend '" + b.name() + "' is not the CUDA backend");
+  return *cb;
+}
+}  // namespace
+
+std::vector<float> cuda_last_step_routing_margins(Backend& b) {
+  return cuda_backend_of(b, "routing margins").last_margins();
 }
 
-CudaMegakernelState cuda_megakernel_state(Backend& b) {
-  auto* cb = dynamic_cast<CudaBackend*>(&b);
-  if (!cb) throw Error("megakernel state: backend '" + b.name() + "' is not the CUDA backend");
-  return cb->megakernel_state();
-}
+CudaMegakernelState cuda_megakernel_state(Backend& b) { return cuda_backend_of(b, "megakernel state").megakernel_state(); }
 
 std::vector<float> cuda_last_step_logits(Backend& b, int row) {
-  auto* cb = dynamic_cast<CudaBackend*>(&b);
-  if (!cb) throw Error("step logits: backend '" + b.name() + "' is not the CUDA backend");
+  CudaBackend& cb = cuda_backend_of(b, "step logits");
   if (row < 0) throw Error("step logits: row must be >= 0, got " + std::to_string(row));
-  return cb->logits_row(row);
+  return cb.logits_row(row);
 }
 
 cuda::GraphAblation cuda_decode_graph_ablation(Backend& b, int replays) {
-  auto* cb = dynamic_cast<CudaBackend*>(&b);
-  if (!cb) throw Error("graph ablation: backend '" + b.name() + "' is not the CUDA backend");
-  return cb->ablate_last_decode_graph(replays);
+  return cuda_backend_of(b, "graph ablation").ablate_last_decode_graph(replays);
 }
 
 std::vector<cuda::KernelSpan> cuda_decode_graph_timeline(Backend& b, int replays) {
-  auto* cb = dynamic_cast<CudaBackend*>(&b);
-  if (!cb) throw Error("kernel timeline: backend '" + b.name() + "' is not the CUDA backend");
-  return cb->trace_last_decode_graph(replays);
+  return cuda_backend_of(b, "kernel timeline").trace_last_decode_graph(replays);
 }
 
-CudaStepTraffic cuda_last_step_traffic(Backend& b) {
-  auto* cb = dynamic_cast<CudaBackend*>(&b);
-  if (!cb) throw Error("step traffic: backend '" + b.name() + "' is not the CUDA backend");
-  return cb->last_traffic();
-}
+CudaStepTraffic cuda_last_step_traffic(Backend& b) { return cuda_backend_of(b, "step traffic").last_traffic(); }
 
 }  // namespace rs

@@ -39,17 +39,24 @@ double median_replay_ms(cudaGraphExec_t exec, cudaStream_t stream, int replays) 
 
 }  // namespace
 
-GraphAblation ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, int replays) {
+std::vector<cudaGraphNode_t> graph_kernel_nodes(cudaGraph_t graph) {
   size_t count = 0;
   RS_CUDA(cudaGraphGetNodes(graph, nullptr, &count));
   std::vector<cudaGraphNode_t> nodes(count);
   RS_CUDA(cudaGraphGetNodes(graph, nodes.data(), &count));
-  std::map<std::string, std::vector<cudaGraphNode_t>> by_kernel;
-  GraphAblation out;
+  std::vector<cudaGraphNode_t> kernels;
   for (cudaGraphNode_t n : nodes) {
     cudaGraphNodeType type;
     RS_CUDA(cudaGraphNodeGetType(n, &type));
-    if (type != cudaGraphNodeTypeKernel) continue;
+    if (type == cudaGraphNodeTypeKernel) kernels.push_back(n);
+  }
+  return kernels;
+}
+
+GraphAblation ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, int replays) {
+  std::map<std::string, std::vector<cudaGraphNode_t>> by_kernel;
+  GraphAblation out;
+  for (cudaGraphNode_t n : graph_kernel_nodes(graph)) {
     cudaKernelNodeParams kp{};
     RS_CUDA(cudaGraphKernelNodeGetParams(n, &kp));
     by_kernel[kernel_name(kp.func)].push_back(n);

@@ -25,6 +25,9 @@ struct GraphAblation {
   std::vector<KernelGraphCost> kernels;  // by cost, largest first
 };
 
+// The kernel nodes of `graph`, in cudaGraphGetNodes order.
+std::vector<cudaGraphNode_t> graph_kernel_nodes(cudaGraph_t graph);
+
 // `graph` is the template `exec` was instantiated from (node handles come from it).
 GraphAblation ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, int replays);
 

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/graph_ablation.h"
 #include "backend/cuda/kernel_name.h"
 #include "common/error.h"
 
@@ -99,20 +100,6 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   std::free(buffer);
 }
 
-int kernel_nodes(cudaGraph_t graph) {
-  size_t count = 0;
-  RS_CUDA(cudaGraphGetNodes(graph, nullptr, &count));
-  std::vector<cudaGraphNode_t> nodes(count);
-  RS_CUDA(cudaGraphGetNodes(graph, nodes.data(), &count));
-  int n = 0;
-  for (cudaGraphNode_t node : nodes) {
-    cudaGraphNodeType type;
-    RS_CUDA(cudaGraphNodeGetType(node, &type));
-    n += type == cudaGraphNodeTypeKernel;
-  }
-  return n;
-}
-
 }  // namespace
 
 bool kernel_timeline_available(std::string* why) {
@@ -123,7 +110,7 @@ bool kernel_timeline_available(std::string* why) {
 std::vector<KernelSpan> trace_graph_replays(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, int replays) {
   const Cupti& c = cupti();
   if (!c.error.empty()) throw Error("kernel timeline: " + c.error);
-  const int per_replay = kernel_nodes(graph);
+  const int per_replay = static_cast<int>(graph_kernel_nodes(graph).size());
   std::vector<KernelSpan> spans;
   static std::once_flag registered;
   std::call_once(registered, [&] { check(c.register_callbacks(buffer_requested, buffer_completed), "register buffers"); });

@@ -409,13 +409,8 @@ void linear_group(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* x, int
                  (!gemv_takes_tensor_cores(w, m) || (fp8 && !kern::gemv_ab(kern::GemvAb::kNoFp8Group)) ||
                   kern::gemv_stream_on(kern::kGemvStreamGroup, m, fp8));
   }
-  // The norm as the launch's prologue: its rows must fit the blocks' shared memory, and the
-  // residual / deltas take the add_rmsnorm kernel's float4 / 8-byte loads.
-  auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
-  const bool fold = norm && one_launch && !kern::gemv_ab(kern::GemvAb::kNoFold) && m <= kern::kGemvNormMaxTokens &&
-                    int64_t(m) * norm->hidden <= kern::kGemvNormMaxElems && norm->hidden % 4 == 0 &&
-                    aligned(norm->residual, 16) && aligned(norm->weight, 16) && aligned(norm->delta0, 8) &&
-                    aligned(norm->delta1, 8) && aligned(norm->delta2, 8);
+  // The norm as the launch's prologue where the prologue takes it.
+  const bool fold = norm && one_launch && !kern::gemv_ab(kern::GemvAb::kNoFold) && gemv_norm_prologue_ok(*norm, m);
   if (norm && !fold) {
     launch_add_rmsnorm(*norm, stream);
     check_launch("linear_group (add + rmsnorm)");
@@ -432,15 +427,7 @@ void linear_group(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* x, int
   p.jobs = n_jobs;
   p.x = x;
   p.m = m;
-  if (fold) {
-    p.norm_residual = norm->residual;
-    p.norm_out = norm->out;
-    p.norm_delta[0] = norm->delta0;
-    p.norm_delta[1] = norm->delta1;
-    p.norm_delta[2] = norm->delta2;
-    p.norm_weight = norm->weight;
-    p.norm_eps = norm->eps;
-  }
+  if (fold) set_gemv_norm_prologue(p, *norm);
   if (!kern::launch_gemv_dense_jobs(p, sm_count(), stream))
     throw Error(std::string("linear_group: the grouped GEMV did not launch (") + (fold ? "with" : "without") +
                 " the norm prologue)");
@@ -580,6 +567,23 @@ bool moe_experts_decode(const MoeExperts& experts, const __nv_bfloat16* x, int m
 }  // namespace
 
 bool gemv_vector_path_ok(const DeviceMatrix& w, const void* x) { return vector_path_ok(w, x); }
+
+bool gemv_norm_prologue_ok(const AddRmsNormParams& norm, int m) {
+  auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
+  return m <= kern::kGemvNormMaxTokens && int64_t(m) * norm.hidden <= kern::kGemvNormMaxElems && norm.hidden % 4 == 0 &&
+         aligned(norm.residual, 16) && aligned(norm.weight, 16) && aligned(norm.delta0, 8) && aligned(norm.delta1, 8) &&
+         aligned(norm.delta2, 8);
+}
+
+void set_gemv_norm_prologue(kern::DenseGemvParams& p, const AddRmsNormParams& norm) {
+  p.norm_residual = norm.residual;
+  p.norm_out = norm.out;
+  p.norm_delta[0] = norm.delta0;
+  p.norm_delta[1] = norm.delta1;
+  p.norm_delta[2] = norm.delta2;
+  p.norm_weight = norm.weight;
+  p.norm_eps = norm.eps;
+}
 
 bool moe_experts_decode_params(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
                                const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,

@@ -71,6 +71,12 @@ void swiglu(const __nv_bfloat16* gu, int m, int inter, __nv_bfloat16* h, cudaStr
 // whether the 16-byte GEMV path takes w with activations at x (whole chunks, aligned rows,
 // FP8 scale blocks a chunk never straddles);
 bool gemv_vector_path_ok(const DeviceMatrix& w, const void* x);
+// whether the GEMV's add + RMSNorm prologue (gemv.cuh) takes `norm` for m rows: they fit the
+// blocks' shared memory, and the residual / weight / deltas have its float4 / 8-byte loads'
+// alignment (linear_group folds the norm only then);
+bool gemv_norm_prologue_ok(const AddRmsNormParams& norm, int m);
+// and `norm` as p's prologue.
+void set_gemv_norm_prologue(kern::DenseGemvParams& p, const AddRmsNormParams& norm);
 // and the few-token expert kernels' params, where moe_experts() would run those kernels for
 // these arguments with the shared experts set in `experts` folded in (false otherwise; throws
 // what moe_experts() throws for bad arguments).

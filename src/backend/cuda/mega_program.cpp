@@ -12,22 +12,12 @@ using kern::mega::Instr;
 using kern::mega::Op;
 
 namespace {
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // The GEMV's add + RMSNorm prologue from the norm's params (gemv.cuh), after checking that the
-// prologue takes it: it forms x (out == x) for the m rows of the GEMV's width.
+// prologue takes it (linear.h) and that it forms x (out == x) for the m rows of the GEMV's width.
 void set_norm_prologue(kern::DenseGemvParams& p, const AddRmsNormParams& norm) {
-  const int64_t cols = p.w[0].cols;
-  if (norm.out != p.x || norm.n != p.m || norm.hidden != cols || norm.hidden % 4 != 0 ||
-      int64_t(p.m) * norm.hidden > kern::kGemvNormMaxElems || !aligned16(norm.residual) || !aligned16(norm.weight))
+  if (norm.out != p.x || norm.n != p.m || norm.hidden != p.w[0].cols || !gemv_norm_prologue_ok(norm, p.m))
     throw MegaUnsupported("an add + RMSNorm the GEMV prologue cannot take (hidden " + std::to_string(norm.hidden) + ")");
-  p.norm_residual = norm.residual;
-  p.norm_out = norm.out;
-  p.norm_delta[0] = norm.delta0;
-  p.norm_delta[1] = norm.delta1;
-  p.norm_delta[2] = norm.delta2;
-  p.norm_weight = norm.weight;
-  p.norm_eps = norm.eps;
+  set_gemv_norm_prologue(p, norm);
 }
 }  // namespace
 
