@@ -211,6 +211,10 @@ void run_forward(const ForwardArgs& a) {
     std::printf("  kernel timeline of one graph replay (CUPTI; all %d kernels in %s):\n", t.kernels, a.timeline.c_str());
     std::printf("    first start to last end %.1f us: a kernel running %.1f us, none %.1f us; durations add up to %.1f us\n",
                 t.span_us, t.busy_us, t.idle_us, t.sum_us);
+    std::printf("    what held the step up: each kernel's end past every earlier end, by kernel (us)\n");
+    std::printf("    %9s %6s %9s  %s\n", "total", "count", "median", "kernel");
+    for (const TimelineAdvance& adv : timeline_advance(rows))
+      std::printf("    %9.1f %6d %9.2f  %s\n", adv.total_us, adv.count, adv.median_us, adv.kernel.c_str());
     // One MoE layer in the middle of the step: the kernels around its router.
     int routers = 0;
     for (const TimelineRow& r : rows) routers += r.kernel.find("router") != std::string::npos;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 namespace rs::bench {
 
@@ -54,6 +55,29 @@ std::vector<TimelineRow> timeline_window(const std::vector<TimelineRow>& rows, c
     return std::vector<TimelineRow>(rows.begin() + static_cast<std::ptrdiff_t>(b), rows.begin() + static_cast<std::ptrdiff_t>(e));
   }
   return {};
+}
+
+std::vector<TimelineAdvance> timeline_advance(const std::vector<TimelineRow>& rows) {
+  std::map<std::string, std::vector<double>> by_kernel;
+  double frontier = rows.empty() ? 0 : rows.front().start_us;
+  for (const TimelineRow& r : rows) {
+    by_kernel[r.kernel].push_back(std::max(0.0, r.end_us - frontier));
+    frontier = std::max(frontier, r.end_us);
+  }
+  std::vector<TimelineAdvance> out;
+  for (auto& [kernel, adv] : by_kernel) {
+    TimelineAdvance a;
+    a.kernel = kernel;
+    a.count = static_cast<int>(adv.size());
+    for (double v : adv) a.total_us += v;
+    std::sort(adv.begin(), adv.end());
+    const size_t n = adv.size();
+    a.median_us = n % 2 ? adv[n / 2] : 0.5 * (adv[n / 2 - 1] + adv[n / 2]);
+    out.push_back(a);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const TimelineAdvance& a, const TimelineAdvance& b) { return a.total_us > b.total_us; });
+  return out;
 }
 
 std::string timeline_csv(const std::vector<TimelineRow>& rows) {

@@ -33,6 +33,18 @@ TimelineTotals timeline_totals(const std::vector<TimelineRow>& rows);
 std::vector<TimelineRow> timeline_window(const std::vector<TimelineRow>& rows, const std::string& marker,
                                          int occurrence, int before, int after);
 
+// How far each kernel moved the step's end: a row's advance is its end minus the latest end of
+// the rows before it (0 when it ended inside them). In a PDL chain a kernel that starts early
+// and waits costs nothing until its predecessor is done, so its duration says little; the
+// advances add up to the span and split it between the kernels that held the chain up.
+struct TimelineAdvance {
+  std::string kernel;
+  int count = 0;
+  double total_us = 0, median_us = 0;
+};
+// By kernel name, the largest total first.
+std::vector<TimelineAdvance> timeline_advance(const std::vector<TimelineRow>& rows);
+
 // CSV: index,kernel,start_us,end_us,dur_us,gap_us (kernel names quoted).
 std::string timeline_csv(const std::vector<TimelineRow>& rows);
 

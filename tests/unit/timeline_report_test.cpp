@@ -72,6 +72,30 @@ TEST_CASE("window around the n-th marker kernel, clipped to the timeline") {
   CHECK(rs::bench::timeline_window(rows, "absent", 0, 1, 1).empty());
 }
 
+TEST_CASE("advance: how far each kernel moved the step's end, adding up to the span") {
+  const auto adv = rs::bench::timeline_advance(rs::bench::timeline_rows(sample()));
+  // norm ends at 1, router at 5 (+4), gate_up at 8 (+3), down at 12 after a bubble (+4).
+  REQUIRE(adv.size() == 4);
+  CHECK(adv[0].total_us == doctest::Approx(4.0));  // largest total first: down and router
+  CHECK(adv[1].total_us == doctest::Approx(4.0));
+  CHECK(adv[2].kernel == "gate_up");
+  CHECK(adv[2].total_us == doctest::Approx(3.0));
+  CHECK(adv[3].kernel == "norm");
+  double sum = 0;
+  for (const auto& a : adv) sum += a.total_us;
+  CHECK(sum == doctest::Approx(12.0));
+  // A kernel that ends inside an earlier one moves nothing; medians are per kernel name.
+  const auto nested = rs::bench::timeline_advance(rs::bench::timeline_rows(
+      {{"a", 0, 10000}, {"b", 2000, 3000}, {"b", 9000, 11000}, {"b", 11000, 16000}}));
+  REQUIRE(nested.size() == 2);
+  CHECK(nested[0].kernel == "a");
+  CHECK(nested[0].total_us == doctest::Approx(10.0));
+  CHECK(nested[1].count == 3);
+  CHECK(nested[1].total_us == doctest::Approx(6.0));   // 0 + 1 + 5
+  CHECK(nested[1].median_us == doctest::Approx(1.0));
+  CHECK(rs::bench::timeline_advance({}).empty());
+}
+
 TEST_CASE("CSV: header, one line per kernel, quotes doubled") {
   const std::string csv = rs::bench::timeline_csv(rs::bench::timeline_rows({{"k<\"x\">", 0, 1500}, {"b", 2000, 2500}}));
   CHECK(csv == "index,kernel,start_us,end_us,dur_us,gap_us\n"
