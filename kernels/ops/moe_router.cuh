@@ -33,6 +33,8 @@ __device__ __forceinline__ int warp_argmax(const float* v, int n) {
 
 // Selection of token t by one warp, from its fp32 logits row. The logits are read with __ldcg
 // (L2, never a stale L1 line): in the fused kernel other blocks wrote them during this launch.
+// kSharedLogits: the row is in shared memory (the cluster router's block 0).
+template <bool kSharedLogits = false>
 __device__ __forceinline__ void moe_router_select_warp(const MoeRouterParams& p, int t, const float* logits_row,
                                                        float* wscratch) {
   float* score = wscratch;                      // after softmax/sigmoid
@@ -43,7 +45,7 @@ __device__ __forceinline__ void moe_router_select_warp(const MoeRouterParams& p,
   const int lane = threadIdx.x & 31;
   float mx = -INFINITY;
   for (int e = lane; e < p.experts; e += 32) {
-    const float v = __ldcg(logits_row + e);
+    const float v = kSharedLogits ? logits_row[e] : __ldcg(logits_row + e);
     score[e] = v;
     mx = fmaxf(mx, v);
   }
@@ -111,6 +113,20 @@ __device__ __forceinline__ void moe_router_select_warp(const MoeRouterParams& p,
   __syncwarp();
 }
 
+// x = residual + delta of 16-byte vector v of the row at `row` (fp32, the reference's order),
+// its squares added to ss one by one (both fused routers: the same bits).
+__device__ __forceinline__ void router_residual_add(const RouterNormIn& norm, int64_t row, int v, float (&x)[8],
+                                                    float& ss) {
+  const float4 r0 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v];
+  const float4 r1 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v + 1];
+  float d[8];
+  bf16x8_to_float(reinterpret_cast<const uint4*>(norm.delta + row)[v], d);
+  x[0] = r0.x + d[0]; x[1] = r0.y + d[1]; x[2] = r0.z + d[2]; x[3] = r0.w + d[3];
+  x[4] = r1.x + d[4]; x[5] = r1.y + d[5]; x[6] = r1.z + d[6]; x[7] = r1.w + d[7];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) ss += x[j] * x[j];
+}
+
 // Router logits and selection in one launch for small token counts (decode). Block (expert e,
 // chunk of kRouterWarps tokens): its threads split the hidden dimension 8 elements at a time,
 // the expert's weight row is fetched before waiting for the previous kernel (weights are
@@ -162,16 +178,7 @@ __device__ __forceinline__ void moe_router_fused_block(const LmHeadParams& lg, c
 #pragma unroll
         for (int k = 0; k < kRouterFusedMaxVecs; ++k) {
           const int v = threadIdx.x + k * kRouterThreads;
-          if (v < vecs) {
-            const float4 r0 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v];
-            const float4 r1 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v + 1];
-            float d[8];
-            bf16x8_to_float(reinterpret_cast<const uint4*>(norm.delta + row)[v], d);
-            xs[k][0] = r0.x + d[0]; xs[k][1] = r0.y + d[1]; xs[k][2] = r0.z + d[2]; xs[k][3] = r0.w + d[3];
-            xs[k][4] = r1.x + d[4]; xs[k][5] = r1.y + d[5]; xs[k][6] = r1.z + d[6]; xs[k][7] = r1.w + d[7];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) ss += xs[k][j] * xs[k][j];
-          }
+          if (v < vecs) router_residual_add(norm, row, v, xs[k], ss);
         }
         const float inv = rsqrtf(block_sum(ss, nscratch) / lg.hidden + norm.eps);
 #pragma unroll

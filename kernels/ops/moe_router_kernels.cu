@@ -2,6 +2,9 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/moe_router.cuh"
+#include "kernels/ops/moe_router_cluster.cuh"
+
+#include <cstdlib>
 
 // Launched with programmatic stream serialization (kern::launch_pdl): each kernel waits for its
 // predecessor before touching memory, then lets its successor get scheduled early.
@@ -21,6 +24,31 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_fused_kernel(const 
   extern __shared__ float router_scratch[];
   moe_router_fused_block(lg, p, counters, norm, blockIdx.x, blockIdx.y, router_scratch);
 }
+template <int V>
+__global__ void __launch_bounds__(kRouterThreads) moe_router_cluster_kernel(const LmHeadParams lg, const MoeRouterParams p,
+                                                                            const RouterNormIn norm) {
+  extern __shared__ float router_scratch[];
+  moe_router_cluster_block<V>(lg, p, norm, router_scratch);
+}
+namespace {
+// RS_ROUTER_CLUSTER=0: the 64-block fused router where the cluster one applies (A/B runs);
+// set_router_cluster() switches at run time.
+bool router_cluster_default() {
+  const char* v = std::getenv("RS_ROUTER_CLUSTER");
+  return !(v && v[0] == '0');
+}
+bool g_router_cluster = router_cluster_default();
+template <int V>
+void launch_router_cluster(const LmHeadParams& lg, const MoeRouterParams& p, size_t smem, cudaStream_t stream,
+                           const RouterNormIn& norm) {
+  (void)kern::launch_with_pdl(moe_router_cluster_kernel<V>, dim3(kRouterClusterBlocks), dim3(kRouterThreads),
+                              kRouterClusterBlocks, smem, stream, kern::matmul_pdl(), lg, p, norm);
+}
+}  // namespace
+void set_router_cluster(bool on) { g_router_cluster = on; }
+bool moe_router_cluster_fits(int n, int hidden, int experts, int n_group, int top_k) {
+  return router_cluster_supported(n, hidden, experts, n_group, top_k) && router_cluster_vecs(hidden) != 3;
+}
 void launch_moe_router(const MoeRouterParams& p, cudaStream_t stream) {
   if (p.n <= 0) return;
   const size_t smem = size_t(kRouterWarps) * router_warp_scratch_floats(p.experts) * 4;
@@ -35,9 +63,18 @@ bool moe_router_fused_supported(const LmHeadParams& lg, const MoeRouterParams& p
          moe_router_fused_fits(lg.n, lg.hidden, p.experts, p.n_group, p.top_k);
 }
 void launch_moe_router_fused(const LmHeadParams& lg, const MoeRouterParams& p, int* counters, cudaStream_t stream,
-                             const RouterNormIn* norm) {
+                             const RouterNormIn* norm, bool allow_cluster) {
   if (p.n <= 0) return;
   const size_t smem = size_t(kRouterWarps) * router_warp_scratch_floats(p.experts) * 4;
+  if (allow_cluster && g_router_cluster && moe_router_cluster_fits(p.n, lg.hidden, p.experts, p.n_group, p.top_k)) {
+    const RouterNormIn nin = norm ? *norm : RouterNormIn{};
+    switch (router_cluster_vecs(lg.hidden)) {
+      case 1: launch_router_cluster<1>(lg, p, smem, stream, nin); return;
+      case 2: launch_router_cluster<2>(lg, p, smem, stream, nin); return;
+      case 4: launch_router_cluster<4>(lg, p, smem, stream, nin); return;
+      default: break;  // 3: the 64-block kernel
+    }
+  }
   const dim3 grid(p.experts, (p.n + kRouterWarps - 1) / kRouterWarps);
   kern::apply_carveout(moe_router_fused_kernel, "router");
   kern::launch_pdl(moe_router_fused_kernel, grid, dim3(kRouterThreads), smem, stream, lg, p, counters,

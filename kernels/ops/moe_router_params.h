@@ -50,7 +50,13 @@ struct RouterNormIn {
   float eps = 1e-6f;
 };
 constexpr int kRouterNormMaxTokens = 16;
+// allow_cluster: one or two tokens whose router rows fit the registers of an 8-block cluster
+// (V2-Lite: 64 experts x 2048) take the cluster kernel (moe_router_cluster.cuh), the same bits
+// with fewer trips through L2; set_router_cluster(false) keeps them all on the 64-block kernel
+// (tests, A/B runs).
 void launch_moe_router_fused(const LmHeadParams& lg, const MoeRouterParams& p, int* counters, cudaStream_t stream,
-                             const RouterNormIn* norm = nullptr);
+                             const RouterNormIn* norm = nullptr, bool allow_cluster = true);
+void set_router_cluster(bool on);
+bool moe_router_cluster_fits(int n, int hidden, int experts, int n_group, int top_k);
 
 }  // namespace rs::cuda

@@ -25,6 +25,19 @@ namespace {
 const __nv_bfloat16* bf(const Dev<uint16_t>& d) { return reinterpret_cast<const __nv_bfloat16*>(d.ptr); }
 __nv_bfloat16* bf_mut(Dev<uint16_t>& d) { return reinterpret_cast<__nv_bfloat16*>(d.ptr); }
 
+// The router logits GEMV of case c over n rows of x.
+cu::LmHeadParams router_logits_params(const RouterCase& c, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                      float* logits, int n) {
+  cu::LmHeadParams lg;
+  lg.x = x;
+  lg.w = w;
+  lg.logits = logits;
+  lg.n = n;
+  lg.hidden = c.hidden;
+  lg.vocab = c.E;
+  return lg;
+}
+
 void run_fused_router_case(const RouterCase& c, int n, uint64_t seed, bool with_norm = false) {
   rs::ModelSpec s = router_spec(c);
   Rand rng(seed);
@@ -36,13 +49,7 @@ void run_fused_router_case(const RouterCase& c, int n, uint64_t seed, bool with_
   Dev<uint16_t> dx(xb), dw(wb);
   Dev<float> dbias(bias), dlog(size_t(n) * c.E), dwt(size_t(n) * c.k), dwt2(size_t(n) * c.k), dmargin(n);
   Dev<int32_t> dids(size_t(n) * c.k), dids2(size_t(n) * c.k), dcount(cu::moe_router_fused_counters(n));
-  cu::LmHeadParams lg;
-  lg.x = bf(dx);
-  lg.w = bf(dw);
-  lg.logits = dlog.ptr;
-  lg.n = n;
-  lg.hidden = c.hidden;
-  lg.vocab = c.E;
+  cu::LmHeadParams lg = router_logits_params(c, bf(dx), bf(dw), dlog.ptr, n);
   cu::MoeRouterParams p = router_params(c, dlog.ptr, dbias.ptr, n, dids.ptr, dwt.ptr);
   p.margins = dmargin.ptr;
   INFO("E " << c.E << " k " << c.k << " hidden " << c.hidden << " n " << n << " norm " << with_norm);
@@ -259,6 +266,69 @@ TEST_CASE("moe router fused: (add + RMSNorm +) logits GEMV + selection in one la
   for (int n : {1, 16}) run_fused_router_case(v2lite, n, 200 + n, true);
   run_fused_router_case(v3, 9, 11, true);
   run_fused_router_case(tiny, 3, 12, true);
+  // One and two tokens of V2-Lite and the tiny model take the 8-block cluster kernel; the same
+  // cases on the 64-block kernel.
+  for (bool cluster : {true, false}) {
+    cu::set_router_cluster(cluster);
+    for (int n : {1, 2}) {
+      run_fused_router_case(v2lite, n, 300 + n, true);
+      run_fused_router_case(tiny, n, 310 + n, true);
+      run_fused_router_case(tiny, n, 320 + n, false);
+    }
+  }
+  cu::set_router_cluster(true);
+}
+
+TEST_CASE("moe router fused: the cluster kernel gives the 64-block kernel's bits") {
+  if (skip_without_gpu("moe router cluster")) return;
+  const RouterCase v2lite{rs::ScoringFunc::Softmax, rs::TopkMethod::Greedy, 64, 6, 1, 1, 2048, false, 1.0, false};
+  const RouterCase tiny{rs::ScoringFunc::Sigmoid, rs::TopkMethod::NoauxTc, 16, 4, 4, 2, 256, true, 2.5, true};
+  for (const RouterCase& c : {v2lite, tiny})
+    for (int n : {1, 2}) {
+      INFO("E " << c.E << " n " << n);
+      REQUIRE(cu::moe_router_cluster_fits(n, c.hidden, c.E, c.groups, c.k));
+      Rand rng(400 + n + c.E);
+      std::vector<float> res(size_t(n) * c.hidden), g(c.hidden), bias(c.E);
+      for (auto& v : res) v = rng.normal(1.5f);
+      for (auto& v : g) v = rng.uniform(0.5f, 1.5f);
+      for (auto& v : bias) v = rng.normal(0.05f);
+      std::vector<float> unused;
+      auto wb = rng.bf16(size_t(c.E) * c.hidden, -0.06f, 0.06f, &unused);
+      auto db = rng.bf16(size_t(n) * c.hidden, -1.f, 1.f, &unused);
+      Dev<uint16_t> dw(wb), ddelta(db);
+      Dev<float> dres(res), dg(g), dbias(bias);
+      std::vector<uint16_t> xn[2];
+      std::vector<float> logits[2], wts[2], margins[2];
+      std::vector<int32_t> ids[2];
+      for (int path = 0; path < 2; ++path) {
+        cu::set_router_cluster(path == 0);
+        Dev<uint16_t> dx(size_t(n) * c.hidden);
+        Dev<float> dlog(size_t(n) * c.E), dwt(size_t(n) * c.k), dmargin(n);
+        Dev<int32_t> dids(size_t(n) * c.k), dcount(cu::moe_router_fused_counters(n));
+        ok(cudaMemset(dcount.ptr, 0, dcount.n * 4), "memset");
+        cu::LmHeadParams lg = router_logits_params(c, bf(dx), bf(dw), dlog.ptr, n);
+        cu::MoeRouterParams p = router_params(c, dlog.ptr, dbias.ptr, n, dids.ptr, dwt.ptr);
+        p.margins = dmargin.ptr;
+        cu::RouterNormIn nin;
+        nin.residual = dres.ptr;
+        nin.delta = bf(ddelta);
+        nin.weight = dg.ptr;
+        nin.out = bf_mut(dx);
+        cu::launch_moe_router_fused(lg, p, dcount.ptr, 0, &nin);
+        ok(cudaGetLastError(), "launch fused router");
+        xn[path] = dx.host();
+        logits[path] = dlog.host();
+        ids[path] = dids.host();
+        wts[path] = dwt.host();
+        margins[path] = dmargin.host();
+      }
+      CHECK(xn[0] == xn[1]);
+      CHECK(logits[0] == logits[1]);
+      CHECK(ids[0] == ids[1]);
+      CHECK(wts[0] == wts[1]);
+      CHECK(margins[0] == margins[1]);
+    }
+  cu::set_router_cluster(true);
 }
 
 TEST_CASE("mla v up: splits merged in fp32 on the way in equal host attention through W_UV") {

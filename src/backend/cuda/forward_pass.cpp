@@ -544,7 +544,12 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     nin.eps = static_cast<float>(s.rms_norm_eps);
     RS_OP("add+rmsnorm + router logits + selection (fused)");
     if (rec_) rec_->router(lg, r, router_counters_.get<int>(), nin);
-    else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin);
+    // The 8-block cluster router ends its chain ~1.5 us sooner, and with FP8 experts the step
+    // follows (H200, V2-Lite b1: 1.975 against 2.018 ms); with bf16 experts the gate_up kernel
+    // after it ends later by more than that (2.230 against 2.214 ms), so bf16 keeps the 64-block
+    // router. Medians of four alternating pairs, docs/perf/cuda.md "Seventh session".
+    else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin,
+                                 L.experts.type == WeightType::FP8_E4M3_BLOCK);
   } else {
     if (rec_) throw MegaUnsupported("a router without the fused norm");
     { RS_OP("router logits (gemv)"); launch_lm_head(lg, stream); }

@@ -1,0 +1,145 @@
+#pragma once
+// The fused router (post-attention add + RMSNorm, logits, selection) for one or two tokens, as
+// one cluster of 8 blocks. Why: in the 64-block fused router (moe_router.cuh) every logit went
+// through L2 (store, __threadfence, an atomic count, the last block's reload) after two more
+// serial L2 trips for x and the norm weight. On the H200 that chain ended 9.7 us after o_proj
+// (bf16; 11.8 us FP8, timeline of 2026-11-30) while the experts' weights streamed behind it.
+// Here each block holds its experts' weight rows and the norm weight in registers from before
+// the wait, and the logits meet in block 0's shared memory through distributed shared memory
+// and one cluster barrier. Measured: its chain ends 8.4 us (bf16) and 7.9 us (FP8) after o_proj;
+// the wait's release, x's load and the kernel's completion are most of what is left. The forward
+// pass uses it with FP8 experts only (forward_pass.cpp says why).
+//
+// The arithmetic is the 64-block kernel's, in the same order (per-thread sums over the same
+// vectors, warp sums, warps added 0..7), so both give the same bits.
+#include <cooperative_groups.h>
+
+#include "kernels/ops/moe_router.cuh"
+
+namespace rs::cuda {
+
+constexpr int kRouterClusterBlocks = 8;     // portable cluster size
+constexpr int kRouterClusterSlots = 8;      // 16-byte weight vectors a thread holds
+constexpr int kRouterClusterMaxTokens = 2;
+
+// 16-byte vectors of one hidden row per thread.
+__host__ __device__ inline int router_cluster_vecs(int hidden) {
+  return (hidden / 8 + kRouterThreads - 1) / kRouterThreads;
+}
+__host__ __device__ inline bool router_cluster_supported(int n, int hidden, int experts, int n_group, int top_k) {
+  return n >= 1 && n <= kRouterClusterMaxTokens && router_fused_supported(hidden, experts, n_group, top_k) &&
+         experts % kRouterClusterBlocks == 0 &&
+         (experts / kRouterClusterBlocks) * router_cluster_vecs(hidden) <= kRouterClusterSlots;
+}
+
+// V = router_cluster_vecs(hidden). Block `rank` of the cluster owns experts [rank*EB, (rank+1)*EB).
+template <int V>
+__device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg, const MoeRouterParams& p,
+                                                         const RouterNormIn& norm, float* wscratch) {
+  namespace cg = cooperative_groups;
+  constexpr int EBmax = kRouterClusterSlots / V;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  __shared__ float logits_s[kRouterClusterMaxTokens][kRouterMaxExperts];  // read in block 0 only
+  __shared__ float red[kRouterWarps][EBmax][kRouterClusterMaxTokens];
+  __shared__ float nscratch[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int vecs = lg.hidden / 8, EB = p.experts / kRouterClusterBlocks, e0 = rank * EB;
+  const int n = p.n;
+  // Weights (router rows, norm weight) are constant: into registers before the wait.
+  uint4 wv[EBmax][V];
+  float g[V][8];
+#pragma unroll
+  for (int e = 0; e < EBmax; ++e)
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int v = threadIdx.x + k * kRouterThreads;
+      wv[e][k] = e < EB && v < vecs ? reinterpret_cast<const uint4*>(lg.w + static_cast<int64_t>(e0 + e) * lg.hidden)[v]
+                                    : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int v = threadIdx.x + k * kRouterThreads;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g[k][j] = 0.f;
+    if (norm.residual && v < vecs) {
+      const float4 g0 = reinterpret_cast<const float4*>(norm.weight)[2 * v];
+      const float4 g1 = reinterpret_cast<const float4*>(norm.weight)[2 * v + 1];
+      g[k][0] = g0.x; g[k][1] = g0.y; g[k][2] = g0.z; g[k][3] = g0.w;
+      g[k][4] = g1.x; g[k][5] = g1.y; g[k][6] = g1.z; g[k][7] = g1.w;
+    }
+  }
+  pdl::wait();
+  pdl::launch_dependents();
+  float acc[EBmax][kRouterClusterMaxTokens];
+#pragma unroll
+  for (int e = 0; e < EBmax; ++e)
+#pragma unroll
+    for (int t = 0; t < kRouterClusterMaxTokens; ++t) acc[e][t] = 0.f;
+#pragma unroll
+  for (int t = 0; t < kRouterClusterMaxTokens; ++t) {
+    if (t >= n) break;  // block-uniform
+    const int64_t row = static_cast<int64_t>(t) * lg.hidden;
+    float y[V][8];
+    if (norm.residual) {  // x = residual + delta in fp32, RMSNorm, bf16 (moe_router_fused_block's steps)
+      float ss = 0.f;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int v = threadIdx.x + k * kRouterThreads;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) y[k][j] = 0.f;
+        if (v < vecs) router_residual_add(norm, row, v, y[k], ss);
+      }
+      const float inv = rsqrtf(block_sum(ss, nscratch) / lg.hidden + norm.eps);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int v = threadIdx.x + k * kRouterThreads;
+        float f[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f[j] = y[k][j] * inv * g[k][j];
+        const uint4 yb = float_to_bf16x8(f);
+        if (rank == 0 && v < vecs) reinterpret_cast<uint4*>(norm.out + row)[v] = yb;
+        bf16x8_to_float(yb, y[k]);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int v = threadIdx.x + k * kRouterThreads;
+        if (v < vecs) bf16x8_to_float(reinterpret_cast<const uint4*>(lg.x + row)[v], y[k]);
+        else
+#pragma unroll
+          for (int j = 0; j < 8; ++j) y[k][j] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < EBmax; ++e)
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        float wf[8];
+        bf16x8_to_float(wv[e][k], wf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[e][t] += wf[j] * y[k][j];
+      }
+  }
+#pragma unroll
+  for (int e = 0; e < EBmax; ++e)
+#pragma unroll
+    for (int t = 0; t < kRouterClusterMaxTokens; ++t) {
+      const float s = warp_sum(acc[e][t]);
+      if (lane == 0) red[warp][e][t] = s;
+    }
+  __syncthreads();
+  if (threadIdx.x < EB * n) {
+    const int e = threadIdx.x % EB, t = threadIdx.x / EB;
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kRouterWarps; ++w) s += red[w][e][t];
+    cluster.map_shared_rank(&logits_s[0][0], 0)[t * kRouterMaxExperts + e0 + e] = s;
+  }
+  cluster.sync();  // release / acquire: every block's logits are in block 0's shared memory
+  if (rank != 0 || warp >= n) return;
+  for (int e = lane; e < p.experts; e += 32) lg.logits[static_cast<int64_t>(warp) * lg.vocab + e] = logits_s[warp][e];
+  moe_router_select_warp<true>(p, warp, logits_s[warp], wscratch + warp * router_warp_scratch_floats(p.experts));
+}
+
+}  // namespace rs::cuda
