@@ -10,6 +10,7 @@
 #include "kernels/common/smem_optin.h"
 #include "kernels/ops/expert_decode.cuh"
 #include "kernels/ops/expert_gemm.cuh"
+#include "kernels/ops/expert_stream.cuh"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/moe_decode_launch.h"
@@ -60,6 +61,19 @@ __global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>()) expert_d
   fused_down_op<kFp8, MT, U, DR, kF16>(p, sr, red, launch_work_grid(), reinterpret_cast<__half*>(f16_smem));
 }
 
+template <bool kFp8>
+__global__ void __launch_bounds__(kXsThreads, 1)
+    expert_stream_gate_up_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g) {
+  extern __shared__ __align__(128) uint8_t xs_smem[];
+  expert_stream_gate_up_op<kFp8, kXsGateUpStages>(p, g, xs_smem);
+}
+template <bool kFp8>
+__global__ void __launch_bounds__(kXsThreads, 1)
+    expert_stream_down_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g) {
+  extern __shared__ __align__(128) uint8_t xs_smem[];
+  expert_stream_down_op<kFp8, kXsDownStages>(p, g, xs_smem);
+}
+
 __global__ void __launch_bounds__(kMaxExperts) expert_decode_group_kernel(ExpertGemmParams p) {
   pdl_launch_dependents();
   pdl_wait();
@@ -83,8 +97,10 @@ __global__ void expert_decode_combine_kernel(ExpertGemmParams p) {
   expert_combine_op(p);
 }
 
+// which: bit 0 the gate_up launch, bit 1 the down launch.
 template <bool kFp8, int MT, int RP, int DR, bool kF16 = false>
-void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, size_t smem_gu = 0, size_t smem_d = 0) {
+void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsigned which, size_t smem_gu = 0,
+                   size_t smem_d = 0) {
   // Weight chunks per lane per batch: a whole 2048-wide gate/up row (bf16 256 chunks, FP8 128);
   // for down one batch covers a whole 1408-wide row of every DR rows (bf16 176 <= 192,
   // FP8 88 <= 96).
@@ -103,12 +119,16 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, size
   const int64_t items = slots * ((p.experts.inter + RP - 1) / RP);
   const int64_t gu_blocks = (items + kGemvWarps - 1) / kGemvWarps;
   const int g1 = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(gu_blocks, int64_t(sm_count) * occ_gu)));
-  apply_carveout(gate_up, "experts");
-  launch_pdl(gate_up, dim3(g1), dim3(kGemvThreads), smem_gu, s, p);
+  if (which & 1u) {
+    apply_carveout(gate_up, "experts");
+    launch_pdl(gate_up, dim3(g1), dim3(kGemvThreads), smem_gu, s, p);
+  }
   const int64_t groups = (p.experts.hidden + DR - 1) / DR;
   const int g2 = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(sm_count) * occ_d)));
-  apply_carveout(down, "experts");
-  launch_pdl(down, dim3(g2), dim3(kGemvThreads), smem_d, s, p);
+  if (which & 2u) {
+    apply_carveout(down, "experts");
+    launch_pdl(down, dim3(g2), dim3(kGemvThreads), smem_d, s, p);
+  }
 }
 
 // Rows per warp-item: bf16 one gate/up row pair and two down rows. FP8 items take twice the rows
@@ -121,16 +141,91 @@ const bool g_fp8_single_rows = env_int("RS_EXPERT_FP8_ROWS", 2, 1, 2) == 1;
 const bool g_fp8_f16 = env_int("RS_EXPERT_FP8_F16", 1, 0, 1) == 1;
 constexpr size_t kMaxF16Smem = 200 * 1024;
 
+// One token: the streaming kernels (expert_stream.cuh) unless RS_EXPERT_STREAM=0 or
+// set_expert_stream(false) (A/B runs, tests).
+// Bit 0: gate_up, bit 1: down (RS_EXPERT_STREAM=0..3, A/B runs; set_expert_stream()).
+unsigned g_expert_stream = static_cast<unsigned>(env_int("RS_EXPERT_STREAM", 0, 0, 3));
+constexpr uint32_t kXsSmemBudget = 216 * 1024;  // + the kernels' static shared memory (< 8 KB) <= 227 KB
+
+uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
+
+// The two launches' geometry for one token; false where the shapes do not fit the kernels.
+bool expert_stream_geometry(const ExpertGemvParams& p, bool fp8, int sm_count, ExpertStreamGeom& gu,
+                            ExpertStreamGeom& d) {
+  const int64_t esize = fp8 ? 1 : 2, E = fp8 ? 16 : 8;
+  const int64_t hidden = p.experts.hidden, inter = p.experts.inter;
+  const int slots = p.experts.n_shared + std::min(p.experts.num_experts, p.top_k);
+  if (p.m != 1 || slots > kMaxSharedSlots + kMaxTopK || hidden % E || inter % E || hidden < 1 || inter < 1 ||
+      sm_count < 1)
+    return false;
+  const int64_t down_grid = std::min<int64_t>(sm_count, hidden);
+  if ((hidden + down_grid - 1) / down_grid > kXsMaxBlockRows) return false;
+  // gate_up: stages of whole gate/up row pairs of one slot; x (bf16 or f16) after the ring.
+  const int64_t pair = 2 * hidden * esize, x_bytes = align128(static_cast<uint32_t>(hidden * 2));
+  if (x_bytes >= kXsSmemBudget) return false;
+  const int64_t gu_rows = std::min<int64_t>((kXsSmemBudget - x_bytes) / kXsGateUpStages / pair, inter);
+  if (gu_rows < 1) return false;
+  gu.slots = slots;
+  gu.rows_per_stage = static_cast<int>(gu_rows);
+  gu.stage_bytes = align128(static_cast<uint32_t>(gu_rows * pair));
+  gu.act_offset = gu.stage_bytes * kXsGateUpStages;
+  gu.smem_bytes = gu.act_offset + static_cast<uint32_t>(x_bytes);
+  // down: stages of hidden rows of every slot; every slot's h after the ring.
+  const int64_t row = slots * inter * esize, h_bytes = align128(static_cast<uint32_t>(slots * inter * 2));
+  if (h_bytes >= kXsSmemBudget) return false;
+  const int64_t d_rows = std::min<int64_t>({(kXsSmemBudget - h_bytes) / kXsDownStages / row, 8, hidden});
+  if (d_rows < 1) return false;
+  d.slots = slots;
+  d.rows_per_stage = static_cast<int>(d_rows);
+  d.stage_bytes = align128(static_cast<uint32_t>(d_rows * row));
+  d.act_offset = d.stage_bytes * kXsDownStages;
+  d.smem_bytes = d.act_offset + static_cast<uint32_t>(h_bytes);
+  return gu.smem_bytes <= kXsSmemBudget + 128 && d.smem_bytes <= kXsSmemBudget + 128;
+}
+
+// The streaming kernels' launch of `part` (1 gate_up, 2 down), where expert_stream_geometry
+// fits the shapes (expert_stream_fits).
+template <bool kFp8>
+void launch_expert_stream(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsigned part) {
+  ExpertStreamGeom gu, d;
+  (void)expert_stream_geometry(p, kFp8, sm_count, gu, d);
+  if (part == 1u) {
+    auto* gate_up = expert_stream_gate_up_kernel<kFp8>;
+    (void)allow_dynamic_smem(gate_up, static_cast<int>(gu.smem_bytes));  // a refusal shows as the launch's error
+    launch_pdl(gate_up, dim3(std::min(sm_count, p.experts.inter)), dim3(kXsThreads), gu.smem_bytes, s, p, gu);
+  } else {
+    auto* down = expert_stream_down_kernel<kFp8>;
+    (void)allow_dynamic_smem(down, static_cast<int>(d.smem_bytes));
+    launch_pdl(down, dim3(std::min(sm_count, p.experts.hidden)), dim3(kXsThreads), d.smem_bytes, s, p, d);
+  }
+}
+bool expert_stream_fits(const ExpertGemvParams& p, bool fp8, int sm_count) {
+  ExpertStreamGeom gu, d;
+  return expert_stream_geometry(p, fp8, sm_count, gu, d);
+}
+
+// The register kernels' launches of `which`.
 template <bool kFp8, int MT>
-void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
+void register_parts(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsigned which) {
   if constexpr (kFp8 && MT == 1) {  // (two tokens: the larger items spill, measured slower)
     const size_t smem_gu = size_t(p.experts.hidden) * 2;
     const size_t smem_d = size_t(p.experts.n_shared + std::min(p.experts.num_experts, p.top_k)) * p.experts.inter * 2;
     if (g_fp8_f16 && !g_fp8_single_rows && smem_gu <= kMaxF16Smem && smem_d <= kMaxF16Smem)
-      return small_mt_rows<kFp8, MT, 2, 4, true>(p, sm_count, s, smem_gu, smem_d);
-    if (!g_fp8_single_rows) return small_mt_rows<kFp8, MT, 2, 4>(p, sm_count, s);
+      return small_mt_rows<kFp8, MT, 2, 4, true>(p, sm_count, s, which, smem_gu, smem_d);
+    if (!g_fp8_single_rows) return small_mt_rows<kFp8, MT, 2, 4>(p, sm_count, s, which);
   }
-  small_mt_rows<kFp8, MT, 1, 2>(p, sm_count, s);
+  small_mt_rows<kFp8, MT, 1, 2>(p, sm_count, s, which);
+}
+
+// One token: the parts g_expert_stream names through the streaming kernels where the shapes fit
+// them, the rest (and every larger m) through the register kernels; gate_up is launched first.
+template <bool kFp8, int MT>
+void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
+  const unsigned xs = MT == 1 && g_expert_stream && expert_stream_fits(p, kFp8, sm_count) ? g_expert_stream : 0u;
+  for (unsigned part : {1u, 2u}) {
+    if (xs & part) launch_expert_stream<kFp8>(p, sm_count, s, part);
+    else register_parts<kFp8, MT>(p, sm_count, s, part);
+  }
 }
 
 template <bool kFp8>
@@ -144,6 +239,7 @@ void small_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
 }  // namespace
 
 void set_expert_decode(bool on) { g_expert_decode = on; }
+void set_expert_stream(unsigned parts) { g_expert_stream = parts & 3u; }
 bool expert_decode() { return g_expert_decode; }
 
 void launch_expert_decode_small(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t s) {
