@@ -65,15 +65,8 @@ template <bool kFp8>
 __global__ void __launch_bounds__(kXsThreads, 1)
     expert_stream_gate_up_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g) {
   extern __shared__ __align__(128) uint8_t xs_smem[];
-  expert_stream_gate_up_op<kFp8, kXsGateUpStages>(p, g, xs_smem);
+  expert_stream_gate_up_op<kFp8, kXsStages>(p, g, xs_smem);
 }
-template <bool kFp8>
-__global__ void __launch_bounds__(kXsThreads, 1)
-    expert_stream_down_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g) {
-  extern __shared__ __align__(128) uint8_t xs_smem[];
-  expert_stream_down_op<kFp8, kXsDownStages>(p, g, xs_smem);
-}
-
 __global__ void __launch_bounds__(kMaxExperts) expert_decode_group_kernel(ExpertGemmParams p) {
   pdl_launch_dependents();
   pdl_wait();
@@ -141,67 +134,42 @@ const bool g_fp8_single_rows = env_int("RS_EXPERT_FP8_ROWS", 2, 1, 2) == 1;
 const bool g_fp8_f16 = env_int("RS_EXPERT_FP8_F16", 1, 0, 1) == 1;
 constexpr size_t kMaxF16Smem = 200 * 1024;
 
-// One token: the streaming kernels (expert_stream.cuh) unless RS_EXPERT_STREAM=0 or
-// set_expert_stream(false) (A/B runs, tests).
-// Bit 0: gate_up, bit 1: down (RS_EXPERT_STREAM=0..3, A/B runs; set_expert_stream()).
-unsigned g_expert_stream = static_cast<unsigned>(env_int("RS_EXPERT_STREAM", 0, 0, 3));
-constexpr uint32_t kXsSmemBudget = 216 * 1024;  // + the kernels' static shared memory (< 8 KB) <= 227 KB
+// One token's gate_up through the streaming kernel (expert_stream.cuh) where the shapes fit it;
+// RS_EXPERT_STREAM=0 or set_expert_stream(false) keeps the register kernel (A/B runs, tests).
+bool g_expert_stream = env_int("RS_EXPERT_STREAM", 1, 0, 1) == 1;
+constexpr uint32_t kXsSmemBudget = 216 * 1024;  // + the kernel's static shared memory (~7 KB) <= 227 KB
+// Copies before griddepcontrol.wait: more held the router before it back (H200: all four bf16
+// stages, 192 KB an SM, 2.17 ms a step against 2.16 with two).
+constexpr uint32_t kXsPrewaitBytes = 96 * 1024;
 
 uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
 
-// The two launches' geometry for one token; false where the shapes do not fit the kernels.
-bool expert_stream_geometry(const ExpertGemvParams& p, bool fp8, int sm_count, ExpertStreamGeom& gu,
-                            ExpertStreamGeom& d) {
+// The gate_up launch's geometry for one token; false where the shapes do not fit the kernel.
+bool expert_stream_geometry(const ExpertGemvParams& p, bool fp8, ExpertStreamGeom& g) {
   const int64_t esize = fp8 ? 1 : 2, E = fp8 ? 16 : 8;
   const int64_t hidden = p.experts.hidden, inter = p.experts.inter;
   const int slots = p.experts.n_shared + std::min(p.experts.num_experts, p.top_k);
-  if (p.m != 1 || slots > kMaxSharedSlots + kMaxTopK || hidden % E || inter % E || hidden < 1 || inter < 1 ||
-      sm_count < 1)
+  if (p.m != 1 || slots > kMaxSharedSlots + kMaxTopK || hidden % E || inter % E || hidden < 1 || inter < 1)
     return false;
-  const int64_t down_grid = std::min<int64_t>(sm_count, hidden);
-  if ((hidden + down_grid - 1) / down_grid > kXsMaxBlockRows) return false;
-  // gate_up: stages of whole gate/up row pairs of one slot; x (bf16 or f16) after the ring.
+  // Stages of whole gate/up row pairs of one slot; x (bf16, or f16 for FP8) after the ring.
   const int64_t pair = 2 * hidden * esize, x_bytes = align128(static_cast<uint32_t>(hidden * 2));
   if (x_bytes >= kXsSmemBudget) return false;
-  const int64_t gu_rows = std::min<int64_t>((kXsSmemBudget - x_bytes) / kXsGateUpStages / pair, inter);
-  if (gu_rows < 1) return false;
-  gu.slots = slots;
-  gu.rows_per_stage = static_cast<int>(gu_rows);
-  gu.stage_bytes = align128(static_cast<uint32_t>(gu_rows * pair));
-  gu.act_offset = gu.stage_bytes * kXsGateUpStages;
-  gu.smem_bytes = gu.act_offset + static_cast<uint32_t>(x_bytes);
-  // down: stages of hidden rows of every slot; every slot's h after the ring.
-  const int64_t row = slots * inter * esize, h_bytes = align128(static_cast<uint32_t>(slots * inter * 2));
-  if (h_bytes >= kXsSmemBudget) return false;
-  const int64_t d_rows = std::min<int64_t>({(kXsSmemBudget - h_bytes) / kXsDownStages / row, 8, hidden});
-  if (d_rows < 1) return false;
-  d.slots = slots;
-  d.rows_per_stage = static_cast<int>(d_rows);
-  d.stage_bytes = align128(static_cast<uint32_t>(d_rows * row));
-  d.act_offset = d.stage_bytes * kXsDownStages;
-  d.smem_bytes = d.act_offset + static_cast<uint32_t>(h_bytes);
-  return gu.smem_bytes <= kXsSmemBudget + 128 && d.smem_bytes <= kXsSmemBudget + 128;
+  const int64_t rows = std::min<int64_t>((kXsSmemBudget - x_bytes) / kXsStages / pair, inter);
+  if (rows < 1) return false;
+  g.slots = slots;
+  g.rows_per_stage = static_cast<int>(rows);
+  g.stage_bytes = align128(static_cast<uint32_t>(rows * pair));
+  g.act_offset = g.stage_bytes * kXsStages;
+  g.smem_bytes = g.act_offset + static_cast<uint32_t>(x_bytes);
+  g.prewait_stages = static_cast<int>(std::max<uint32_t>(1u, kXsPrewaitBytes / g.stage_bytes));
+  return true;
 }
 
-// The streaming kernels' launch of `part` (1 gate_up, 2 down), where expert_stream_geometry
-// fits the shapes (expert_stream_fits).
 template <bool kFp8>
-void launch_expert_stream(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsigned part) {
-  ExpertStreamGeom gu, d;
-  (void)expert_stream_geometry(p, kFp8, sm_count, gu, d);
-  if (part == 1u) {
-    auto* gate_up = expert_stream_gate_up_kernel<kFp8>;
-    (void)allow_dynamic_smem(gate_up, static_cast<int>(gu.smem_bytes));  // a refusal shows as the launch's error
-    launch_pdl(gate_up, dim3(std::min(sm_count, p.experts.inter)), dim3(kXsThreads), gu.smem_bytes, s, p, gu);
-  } else {
-    auto* down = expert_stream_down_kernel<kFp8>;
-    (void)allow_dynamic_smem(down, static_cast<int>(d.smem_bytes));
-    launch_pdl(down, dim3(std::min(sm_count, p.experts.hidden)), dim3(kXsThreads), d.smem_bytes, s, p, d);
-  }
-}
-bool expert_stream_fits(const ExpertGemvParams& p, bool fp8, int sm_count) {
-  ExpertStreamGeom gu, d;
-  return expert_stream_geometry(p, fp8, sm_count, gu, d);
+void launch_expert_stream_gate_up(const ExpertGemvParams& p, const ExpertStreamGeom& g, int sm_count, cudaStream_t s) {
+  auto* gate_up = expert_stream_gate_up_kernel<kFp8>;
+  (void)allow_dynamic_smem(gate_up, static_cast<int>(g.smem_bytes));  // a refusal shows as the launch's error
+  launch_pdl(gate_up, dim3(std::min(sm_count, p.experts.inter)), dim3(kXsThreads), g.smem_bytes, s, p, g);
 }
 
 // The register kernels' launches of `which`.
@@ -217,15 +185,16 @@ void register_parts(const ExpertGemvParams& p, int sm_count, cudaStream_t s, uns
   small_mt_rows<kFp8, MT, 1, 2>(p, sm_count, s, which);
 }
 
-// One token: the parts g_expert_stream names through the streaming kernels where the shapes fit
-// them, the rest (and every larger m) through the register kernels; gate_up is launched first.
+// One token: gate_up streamed where the shapes fit (then the register down), otherwise (and for
+// every larger m) both register kernels.
 template <bool kFp8, int MT>
 void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
-  const unsigned xs = MT == 1 && g_expert_stream && expert_stream_fits(p, kFp8, sm_count) ? g_expert_stream : 0u;
-  for (unsigned part : {1u, 2u}) {
-    if (xs & part) launch_expert_stream<kFp8>(p, sm_count, s, part);
-    else register_parts<kFp8, MT>(p, sm_count, s, part);
+  ExpertStreamGeom g;
+  if (MT == 1 && g_expert_stream && expert_stream_geometry(p, kFp8, g)) {
+    launch_expert_stream_gate_up<kFp8>(p, g, sm_count, s);
+    return register_parts<kFp8, MT>(p, sm_count, s, 2u);
   }
+  register_parts<kFp8, MT>(p, sm_count, s, 3u);
 }
 
 template <bool kFp8>
@@ -239,7 +208,8 @@ void small_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
 }  // namespace
 
 void set_expert_decode(bool on) { g_expert_decode = on; }
-void set_expert_stream(unsigned parts) { g_expert_stream = parts & 3u; }
+void set_expert_stream(bool on) { g_expert_stream = on; }
+bool expert_stream() { return g_expert_stream; }
 bool expert_decode() { return g_expert_decode; }
 
 void launch_expert_decode_small(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t s) {

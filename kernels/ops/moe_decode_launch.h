@@ -24,10 +24,10 @@ void launch_expert_decode_grouped(const ExpertGemmParams& p, int sm_count, cudaS
 // off): off, moe_experts() takes the earlier kernels (gemv_experts.cuh / the mma.sync grouped
 // GEMM) and moe_can_fuse_shared() says no, so shared experts run as a dense MLP again.
 void set_expert_decode(bool on);
-// Which of one token's two expert launches go through the streaming kernels (expert_stream.cuh):
-// bit 0 gate_up, bit 1 down; the others take the register kernels of expert_decode.cuh.
-// Environment RS_EXPERT_STREAM=0..3 sets the starting value.
-void set_expert_stream(unsigned parts);
+// One token's gate_up through the streaming kernel (expert_stream.cuh; default on, environment
+// RS_EXPERT_STREAM=0 starts off); off, the register kernel of expert_decode.cuh.
+void set_expert_stream(bool on);
+bool expert_stream();
 bool expert_decode();
 
 }  // namespace rs::kern

@@ -15,6 +15,7 @@
 #include "kernels/ops/mla_absorb_params.h"
 #include "kernels/ops/mla_decode_params.h"
 #include "kernels/ops/mla_prefill_params.h"
+#include "kernels/ops/moe_decode_launch.h"
 #include "kernels/ops/moe_router_params.h"
 #include "kernels/ops/rmsnorm_params.h"
 
@@ -544,12 +545,13 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     nin.eps = static_cast<float>(s.rms_norm_eps);
     RS_OP("add+rmsnorm + router logits + selection (fused)");
     if (rec_) rec_->router(lg, r, router_counters_.get<int>(), nin);
-    // The 8-block cluster router ends its chain ~1.5 us sooner, and with FP8 experts the step
-    // follows (H200, V2-Lite b1: 1.975 against 2.018 ms); with bf16 experts the gate_up kernel
-    // after it ends later by more than that (2.230 against 2.214 ms), so bf16 keeps the 64-block
-    // router. Medians of four alternating pairs, docs/perf/cuda.md "Seventh session".
+    // The 8-block cluster router (1-2 tokens) where the step gains from it (H200, V2-Lite,
+    // docs/perf/cuda.md "Seventh session"): before one token's streamed gate_up, whose 216 KB
+    // blocks cannot share an SM with the 64-block router's (bf16 2.16 against 2.26 ms a step),
+    // and with FP8 experts (b1 with the register gate_up: 1.975 against 2.018 ms). Before bf16's
+    // register gate_up it lost (2.230 against 2.214 ms).
     else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin,
-                                 L.experts.type == WeightType::FP8_E4M3_BLOCK);
+                                 L.experts.type == WeightType::FP8_E4M3_BLOCK || (n == 1 && kern::expert_stream()));
   } else {
     if (rec_) throw MegaUnsupported("a router without the fused norm");
     { RS_OP("router logits (gemv)"); launch_lm_head(lg, stream); }
