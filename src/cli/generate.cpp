@@ -107,7 +107,7 @@ void run_generate(const GenerateArgs& a) {
   step.block_table = table;
   step.sample = a.max_tokens > 0;
   step.return_logits = !a.logits_out.empty();
-  step.sampling = SamplingState{&sp, prompt, {}, 0};
+  step.sampling = SamplingState{&sp, prompt, {}, 0, {}};  // no guided decoding in generate
   Batch batch;
   batch.seqs.push_back(step);
   std::vector<SeqResult> r = backend->execute(batch);
@@ -129,7 +129,7 @@ void run_generate(const GenerateArgs& a) {
     d.start_pos = static_cast<int32_t>(prompt.size() + out.size() - 1);
     d.block_table = table;
     d.sample = true;
-    d.sampling = SamplingState{&sp, prompt, out, out.size()};
+    d.sampling = SamplingState{&sp, prompt, out, out.size(), {}};
     Batch b;
     b.seqs.push_back(d);
     out.push_back(backend->execute(b)[0].token->id);
