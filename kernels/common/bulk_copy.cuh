@@ -54,7 +54,6 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
   return done != 0u;
 }
 
-
 // Wait until the barrier's phase of this parity has completed. Bounded like every spin-wait of
 // the project: a copy that never lands (a bad address traps first; a byte count that does not
 // match the copies does not) would otherwise hang the step silently.

@@ -43,17 +43,16 @@ struct XsSlotMatrices {
   __device__ rs::cuda::DeviceMatrix (*get())[2] { return reinterpret_cast<rs::cuda::DeviceMatrix (*)[2]>(raw); }
 };
 
-// Matrix `part` of slots [first, last) into shared memory: shared experts' views come from the
-// parameters (known before the wait), routed experts' from the device arrays (after routing).
-// Ends with __syncthreads.
+// The gate and up matrices of slots [first, last) into shared memory: shared experts' views come
+// from the parameters (known before the wait), routed experts' from the device arrays (after
+// the routing). Ends with __syncthreads.
 __device__ __forceinline__ void xs_slot_matrices(const ExpertGemvParams& p, const SmallRouting& sr, int first,
-                                                 int last, int part0, int parts,
-                                                 rs::cuda::DeviceMatrix (*mats)[2]) {
+                                                 int last, rs::cuda::DeviceMatrix (*mats)[2]) {
   const int ns = p.experts.n_shared;
-  for (int i = threadIdx.x; i < (last - first) * parts; i += blockDim.x) {
-    const int s = first + i / parts, k = i % parts;
+  for (int i = threadIdx.x; i < (last - first) * 2; i += blockDim.x) {
+    const int s = first + i / 2, part = i % 2;
     const int e = s < ns ? p.experts.num_experts + s : sr.expert[s - ns];
-    mats[s][k] = expert_matrix(p.experts, e, part0 + k);
+    mats[s][part] = expert_matrix(p.experts, e, part == 0 ? kPartGate : kPartUp);
   }
   __syncthreads();
 }
@@ -116,7 +115,7 @@ __device__ __forceinline__ void expert_stream_gate_up_op(const ExpertGemvParams&
   const int64_t nch = hidden / E;
 
   if (threadIdx.x == 0) ring.init(kXsConsumerWarps);
-  xs_slot_matrices(p, sr, 0, ns, kPartGate, 2, mats);  // __syncthreads: the ring's init is visible too
+  xs_slot_matrices(p, sr, 0, ns, mats);  // __syncthreads: the ring's init is visible too
   pdl_launch_dependents();
   const uint64_t policy = l2_evict_first();
   uint32_t issued = 0;
@@ -130,7 +129,7 @@ __device__ __forceinline__ void expert_stream_gate_up_op(const ExpertGemvParams&
     }
   pdl_wait();  // routing from the router, x from the norm
   small_routing(p, sr);
-  xs_slot_matrices(p, sr, ns, ns + sr.n_active, kPartGate, 2, mats);
+  xs_slot_matrices(p, sr, ns, ns + sr.n_active, mats);
   if (producer && lane == 0)
     for (; issued < first; ++issued) {
       const XsGateUpStage st = xs_gate_up_stage(issued, r_lo, nrows, sps, P);

@@ -139,7 +139,6 @@ __device__ __forceinline__ void mla_absorb_q_block(const MlaAbsorbQParams& p, in
   mla_absorb_q_compute(p, head, chunk, n_begin, n_end, wv, AbsorbSmem{qs, red});
 }
 
-
 // W_UV (mla_v_up_block below). With p.part_o set the block first merges the decode attention's KV splits for its tokens
 // (the flash-decoding combine): weights 2^(lse_s - max) / sum over the splits, in fp32, straight
 // into shared memory, so the merged latent output never goes through bf16 or global memory.

@@ -100,27 +100,27 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsi
   constexpr int U = kFp8 ? 4 : 8, UD = kFp8 ? 3 : 6;
   auto* gate_up = expert_decode_gate_up_kernel<kFp8, MT, U, RP, kF16>;
   auto* down = expert_decode_down_kernel<kFp8, MT, UD, DR, kF16>;
-  (void)allow_dynamic_smem(gate_up, static_cast<int>(smem_gu));  // a refusal shows as the launch's error
-  (void)allow_dynamic_smem(down, static_cast<int>(smem_d));
   // Without dynamic shared memory the occupancy is the kernel's own, asked once; with it (f16
   // activations) it depends on the model's widths, so it is asked for each launch's bytes.
-  static const int occ_gu0 = resident_blocks_per_sm(gate_up, kGemvThreads);
-  static const int occ_d0 = resident_blocks_per_sm(down, kGemvThreads);
-  const int occ_gu = smem_gu ? resident_blocks_per_sm(gate_up, kGemvThreads, smem_gu) : occ_gu0;
-  const int occ_d = smem_d ? resident_blocks_per_sm(down, kGemvThreads, smem_d) : occ_d0;
-  const int64_t slots = p.experts.n_shared + std::min(p.experts.num_experts, p.m * p.top_k);
-  const int64_t items = slots * ((p.experts.inter + RP - 1) / RP);
-  const int64_t gu_blocks = (items + kGemvWarps - 1) / kGemvWarps;
-  const int g1 = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(gu_blocks, int64_t(sm_count) * occ_gu)));
   if (which & 1u) {
+    (void)allow_dynamic_smem(gate_up, static_cast<int>(smem_gu));  // a refusal shows as the launch's error
+    static const int occ0 = resident_blocks_per_sm(gate_up, kGemvThreads);
+    const int occ = smem_gu ? resident_blocks_per_sm(gate_up, kGemvThreads, smem_gu) : occ0;
+    const int64_t slots = p.experts.n_shared + std::min(p.experts.num_experts, p.m * p.top_k);
+    const int64_t items = slots * ((p.experts.inter + RP - 1) / RP);
+    const int64_t blocks = (items + kGemvWarps - 1) / kGemvWarps;
+    const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(blocks, int64_t(sm_count) * occ)));
     apply_carveout(gate_up, "experts");
-    launch_pdl(gate_up, dim3(g1), dim3(kGemvThreads), smem_gu, s, p);
+    launch_pdl(gate_up, dim3(grid), dim3(kGemvThreads), smem_gu, s, p);
   }
-  const int64_t groups = (p.experts.hidden + DR - 1) / DR;
-  const int g2 = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(sm_count) * occ_d)));
   if (which & 2u) {
+    (void)allow_dynamic_smem(down, static_cast<int>(smem_d));
+    static const int occ0 = resident_blocks_per_sm(down, kGemvThreads);
+    const int occ = smem_d ? resident_blocks_per_sm(down, kGemvThreads, smem_d) : occ0;
+    const int64_t groups = (p.experts.hidden + DR - 1) / DR;
+    const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(sm_count) * occ)));
     apply_carveout(down, "experts");
-    launch_pdl(down, dim3(g2), dim3(kGemvThreads), smem_d, s, p);
+    launch_pdl(down, dim3(grid), dim3(kGemvThreads), smem_d, s, p);
   }
 }
 
@@ -144,12 +144,15 @@ constexpr uint32_t kXsPrewaitBytes = 96 * 1024;
 
 uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
 
-// The gate_up launch's geometry for one token; false where the shapes do not fit the kernel.
-bool expert_stream_geometry(const ExpertGemvParams& p, bool fp8, ExpertStreamGeom& g) {
+// The gate_up launch's geometry for m tokens of `experts` (shared experts folded in as set);
+// false where the streaming kernel does not take them (more than one token, shapes that do not
+// fit it).
+bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_k, ExpertStreamGeom& g) {
+  const bool fp8 = experts.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
   const int64_t esize = fp8 ? 1 : 2, E = fp8 ? 16 : 8;
-  const int64_t hidden = p.experts.hidden, inter = p.experts.inter;
-  const int slots = p.experts.n_shared + std::min(p.experts.num_experts, p.top_k);
-  if (p.m != 1 || slots > kMaxSharedSlots + kMaxTopK || hidden % E || inter % E || hidden < 1 || inter < 1)
+  const int64_t hidden = experts.hidden, inter = experts.inter;
+  const int slots = experts.n_shared + std::min(experts.num_experts, top_k);
+  if (m != 1 || slots > kMaxSharedSlots + kMaxTopK || hidden % E || inter % E || hidden < 1 || inter < 1)
     return false;
   // Stages of whole gate/up row pairs of one slot; x (bf16, or f16 for FP8) after the ring.
   const int64_t pair = 2 * hidden * esize, x_bytes = align128(static_cast<uint32_t>(hidden * 2));
@@ -190,7 +193,7 @@ void register_parts(const ExpertGemvParams& p, int sm_count, cudaStream_t s, uns
 template <bool kFp8, int MT>
 void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   ExpertStreamGeom g;
-  if (MT == 1 && g_expert_stream && expert_stream_geometry(p, kFp8, g)) {
+  if (MT == 1 && g_expert_stream && expert_stream_geometry(p.experts, p.m, p.top_k, g)) {
     launch_expert_stream_gate_up<kFp8>(p, g, sm_count, s);
     return register_parts<kFp8, MT>(p, sm_count, s, 2u);
   }
@@ -209,7 +212,10 @@ void small_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
 
 void set_expert_decode(bool on) { g_expert_decode = on; }
 void set_expert_stream(bool on) { g_expert_stream = on; }
-bool expert_stream() { return g_expert_stream; }
+bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k) {
+  ExpertStreamGeom g;
+  return g_expert_decode && g_expert_stream && expert_stream_geometry(experts, m, top_k, g);
+}
 bool expert_decode() { return g_expert_decode; }
 
 void launch_expert_decode_small(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t s) {

@@ -27,7 +27,9 @@ void set_expert_decode(bool on);
 // One token's gate_up through the streaming kernel (expert_stream.cuh; default on, environment
 // RS_EXPERT_STREAM=0 starts off); off, the register kernel of expert_decode.cuh.
 void set_expert_stream(bool on);
-bool expert_stream();
+// Whether moe_experts() runs m tokens of `experts` (its shared experts folded in as set) with the
+// streaming gate_up: the forward pass picks the router in front of it by this.
+bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k);
 bool expert_decode();
 
 }  // namespace rs::kern

@@ -127,6 +127,24 @@ __device__ __forceinline__ void router_residual_add(const RouterNormIn& norm, in
   for (int j = 0; j < 8; ++j) ss += x[j] * x[j];
 }
 
+// The norm weight of 16-byte vector v (8 floats).
+__device__ __forceinline__ void router_norm_weight(const RouterNormIn& norm, int v, float (&g)[8]) {
+  const float4 g0 = reinterpret_cast<const float4*>(norm.weight)[2 * v];
+  const float4 g1 = reinterpret_cast<const float4*>(norm.weight)[2 * v + 1];
+  g[0] = g0.x; g[1] = g0.y; g[2] = g0.z; g[3] = g0.w;
+  g[4] = g1.x; g[5] = g1.y; g[6] = g1.z; g[7] = g1.w;
+}
+
+// y = bf16(x * inv * g), packed (what the experts read) and back as floats (what the logits
+// dot: the rounded values, as the reference's router sees them).
+__device__ __forceinline__ uint4 router_norm_round(const float (&x)[8], float inv, const float (&g)[8], float (&y)[8]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) y[j] = x[j] * inv * g[j];
+  const uint4 yb = float_to_bf16x8(y);
+  bf16x8_to_float(yb, y);
+  return yb;
+}
+
 // Router logits and selection in one launch for small token counts (decode). Block (expert e,
 // chunk of kRouterWarps tokens): its threads split the hidden dimension 8 elements at a time,
 // the expert's weight row is fetched before waiting for the previous kernel (weights are
@@ -185,15 +203,10 @@ __device__ __forceinline__ void moe_router_fused_block(const LmHeadParams& lg, c
         for (int k = 0; k < kRouterFusedMaxVecs; ++k) {
           const int v = threadIdx.x + k * kRouterThreads;
           if (v < vecs) {
-            const float4 g0 = reinterpret_cast<const float4*>(norm.weight)[2 * v];
-            const float4 g1 = reinterpret_cast<const float4*>(norm.weight)[2 * v + 1];
-            const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-            float y[8], wf[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) y[j] = xs[k][j] * inv * g[j];
-            const uint4 yb = float_to_bf16x8(y);
+            float g[8], y[8], wf[8];
+            router_norm_weight(norm, v, g);
+            const uint4 yb = router_norm_round(xs[k], inv, g, y);
             if (e == 0) reinterpret_cast<uint4*>(norm.out + row)[v] = yb;
-            bf16x8_to_float(yb, y);
             bf16x8_to_float(wv[k], wf);
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[t] += wf[j] * y[j];

@@ -62,12 +62,7 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
     const int v = threadIdx.x + k * kRouterThreads;
 #pragma unroll
     for (int j = 0; j < 8; ++j) g[k][j] = 0.f;
-    if (norm.residual && v < vecs) {
-      const float4 g0 = reinterpret_cast<const float4*>(norm.weight)[2 * v];
-      const float4 g1 = reinterpret_cast<const float4*>(norm.weight)[2 * v + 1];
-      g[k][0] = g0.x; g[k][1] = g0.y; g[k][2] = g0.z; g[k][3] = g0.w;
-      g[k][4] = g1.x; g[k][5] = g1.y; g[k][6] = g1.z; g[k][7] = g1.w;
-    }
+    if (norm.residual && v < vecs) router_norm_weight(norm, v, g[k]);
   }
   pdl::wait();
   pdl::launch_dependents();
@@ -94,12 +89,8 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const int v = threadIdx.x + k * kRouterThreads;
-        float f[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) f[j] = y[k][j] * inv * g[k][j];
-        const uint4 yb = float_to_bf16x8(f);
+        const uint4 yb = router_norm_round(y[k], inv, g[k], y[k]);  // in place: element by element
         if (rank == 0 && v < vecs) reinterpret_cast<uint4*>(norm.out + row)[v] = yb;
-        bf16x8_to_float(yb, y[k]);
       }
     } else {
 #pragma unroll

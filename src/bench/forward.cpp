@@ -276,7 +276,7 @@ void add_forward(CLI::App& bench) {
                 "decode: also print each kernel's in-graph cost (its graph nodes disabled in turn)");
   cmd->add_option("--timeline", a->timeline,
                   "decode: write when each kernel of one graph replay ran to this CSV (CUPTI, loaded at run "
-                  "time) and print one MoE layer's window");
+                  "time) and print how far each kernel moved the step's end and one MoE layer's window");
   cmd->callback([a] { run_forward(*a); });
 }
 

@@ -507,6 +507,16 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     *d1 = nullptr;
     return;
   }
+  // Decode sizes: the shared experts run inside the routed-expert kernels (one gate_up and one
+  // down launch per layer, linear.h moe_can_fuse_shared); otherwise as a dense MLP below.
+  MoeExperts ex = L.experts;
+  if (L.has_shared) {
+    ex.n_shared = s.n_shared_experts;
+    ex.shared_gate = L.shared.gate;
+    ex.shared_up = L.shared.up;
+    ex.shared_down = L.shared.down;
+    if (!moe_can_fuse_shared(ex, n)) ex.n_shared = 0;
+  }
   // With attn_delta set, xn_ holds this layer's post-attention norm only once the fused router
   // below has run: everything that reads xn_ (experts, shared experts) must be launched after it.
   LmHeadParams lg;  // router logits: fp32 GEMV over the bf16 router weight
@@ -551,26 +561,14 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     // and with FP8 experts (b1 with the register gate_up: 1.975 against 2.018 ms). Before bf16's
     // register gate_up it lost (2.230 against 2.214 ms).
     else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin,
-                                 L.experts.type == WeightType::FP8_E4M3_BLOCK || (n == 1 && kern::expert_stream()));
+                                 ex.type == WeightType::FP8_E4M3_BLOCK ||
+                                     kern::expert_stream_takes(ex, n, s.num_experts_per_tok));
   } else {
     if (rec_) throw MegaUnsupported("a router without the fused norm");
     { RS_OP("router logits (gemv)"); launch_lm_head(lg, stream); }
     { RS_OP("moe router"); launch_moe_router(r, stream); }
   }
   const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
-  bool shared_fused = false;
-  {
-  // Decode sizes: the shared experts run inside the routed-expert kernels (one gate_up and one
-  // down launch per layer, linear.h moe_can_fuse_shared); otherwise as a dense MLP below.
-  MoeExperts ex = L.experts;
-  if (L.has_shared) {
-    ex.n_shared = s.n_shared_experts;
-    ex.shared_gate = L.shared.gate;
-    ex.shared_up = L.shared.up;
-    ex.shared_down = L.shared.down;
-    if (!moe_can_fuse_shared(ex, n)) ex.n_shared = 0;
-    shared_fused = ex.n_shared > 0;
-  }
   RS_OP(ex.n_shared ? "moe_experts + shared" : "moe_experts");
   if (rec_) {
     kern::ExpertGemvParams ep;
@@ -582,10 +580,9 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     moe_experts(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
                 mlp_out_.get<__nv_bfloat16>(), mws, stream);
   }
-  }
   *d0 = mlp_out_.get<__nv_bfloat16>();
   *d1 = nullptr;
-  if (L.has_shared && !shared_fused) {
+  if (L.has_shared && ex.n_shared == 0) {
     dense_mlp(L.shared, n, int64_t(s.moe_intermediate_size) * s.n_shared_experts, shared_out_.get<__nv_bfloat16>(),
               stream);
     *d1 = shared_out_.get<__nv_bfloat16>();

@@ -533,6 +533,11 @@ kern::ExpertGemmParams expert_gemm_params(const MoeExperts& experts, const __nv_
   return p;
 }
 
+// Whether the few-token expert kernels (expert_decode.cuh) take m tokens of this type.
+bool expert_decode_small(const MoeExperts& experts, int m) {
+  return kern::expert_decode() && m <= kern::expert_gemv_max_tokens_for(experts.type == WeightType::FP8_E4M3_BLOCK);
+}
+
 // The decode-time expert kernels (expert_decode.cuh), and every call that folds in shared
 // experts. Returns false where they do not apply (no shared experts and m beyond them).
 bool moe_experts_decode(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
@@ -546,7 +551,7 @@ bool moe_experts_decode(const MoeExperts& experts, const __nv_bfloat16* x, int m
                 "; run them with linear() (ask moe_can_fuse_shared first)");
   }
   const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
-  const bool small = kern::expert_decode() && m <= kern::expert_gemv_max_tokens_for(fp8);
+  const bool small = expert_decode_small(experts, m);
   const bool tc = expert_tc_gemv_for(experts, m, top_k);
   if (!small && !tc && ns == 0) return false;
   if (small) {
@@ -592,8 +597,7 @@ bool moe_experts_decode_params(const MoeExperts& experts, const __nv_bfloat16* x
   if (m <= 0 || !x || !out || !topk_ids || !topk_weights || !ws.ptr || !aligned16(x) || !aligned16(out) ||
       !aligned16(ws.ptr))
     return false;
-  const bool fp8 = experts.type == WeightType::FP8_E4M3_BLOCK;
-  if (!kern::expert_decode() || m > kern::expert_gemv_max_tokens_for(fp8)) return false;
+  if (!expert_decode_small(experts, m)) return false;
   if (experts.n_shared != 0 && !moe_can_fuse_shared(experts, m)) return false;
   *params = expert_gemv_params(experts, x, m, top_k, topk_ids, topk_weights, out, ws, experts.n_shared);
   return true;
