@@ -2,8 +2,9 @@
 // One token's expert gate_up (+ SwiGLU), the shared experts folded in as slots as in
 // expert_decode.cuh, with the weights streamed through a shared-memory ring of bulk copies
 // (kernels/common/bulk_copy.cuh): one producer lane issues the copies, sixteen consumer warps do
-// the dot products. The down projection stays on the register kernel (expert_decode.cuh).
-//
+// the dot products. This file holds the gate_up pieces; the op (expert_stream_ffn.cuh) runs them
+// alone (then the register down kernel of expert_decode.cuh) or goes on to the down projection in
+// the same launch (bf16 by default).//
 // Why: the register kernel keeps at most one item's weights in flight per warp, and a warp waits
 // out the whole memory latency before computing that item and loading the next. Here the copies
 // stay in flight while the consumers compute (a ring of ~200 KB an SM), and the copies of the
@@ -12,8 +13,9 @@
 // against 26.6; the step gained once the router before it is the 8-block cluster one (its
 // 216 KB blocks cannot share an SM with a 64-block router's blocks) and at most ~96 KB an SM is
 // copied before the wait (more slowed the router down): bf16 2.160 against 2.22 ms, FP8 1.973
-// against 1.995. A streamed down (one hidden row of every slot a stage: eight 2.8 KB copies) was
-// slower than the register kernel (2.49 ms a step) and was dropped (commit 6e37fee has it).
+// against 1.995. A streamed down as its own kernel (one hidden row of every slot a stage: eight
+// 2.8 KB copies) was slower than the register kernel (2.49 ms a step; commit 6e37fee has it);
+// the down inside the same launch is what gained (expert_stream_ffn.cuh).
 //
 // The arithmetic is the register kernel's in the same order (each lane's chunks lane, lane + 32,
 // ..., warp sums), so both give the same bits. Block b owns intermediate rows
@@ -39,20 +41,20 @@ constexpr int kXsMaxSlots = kMaxSharedSlots + kMaxTopK;
 // Shared memory for the slots' matrices (DeviceMatrix has member initialisers, which a __shared__
 // variable may not).
 struct XsSlotMatrices {
-  alignas(16) unsigned char raw[sizeof(rs::cuda::DeviceMatrix) * kXsMaxSlots * 2];
-  __device__ rs::cuda::DeviceMatrix (*get())[2] { return reinterpret_cast<rs::cuda::DeviceMatrix (*)[2]>(raw); }
+  alignas(16) unsigned char raw[sizeof(rs::cuda::DeviceMatrix) * kXsMaxSlots * 3];
+  __device__ rs::cuda::DeviceMatrix (*get())[3] { return reinterpret_cast<rs::cuda::DeviceMatrix (*)[3]>(raw); }
 };
 
-// The gate and up matrices of slots [first, last) into shared memory: shared experts' views come
-// from the parameters (known before the wait), routed experts' from the device arrays (after
-// the routing). Ends with __syncthreads.
+// The first `parts` matrices (gate, up[, down]) of slots [first, last) into shared memory: shared
+// experts' views come from the parameters (known before the wait), routed experts' from the
+// device arrays (after the routing). Ends with __syncthreads.
 __device__ __forceinline__ void xs_slot_matrices(const ExpertGemvParams& p, const SmallRouting& sr, int first,
-                                                 int last, rs::cuda::DeviceMatrix (*mats)[2]) {
+                                                 int last, int parts, rs::cuda::DeviceMatrix (*mats)[3]) {
   const int ns = p.experts.n_shared;
-  for (int i = threadIdx.x; i < (last - first) * 2; i += blockDim.x) {
-    const int s = first + i / 2, part = i % 2;
+  for (int i = threadIdx.x; i < (last - first) * parts; i += blockDim.x) {
+    const int s = first + i / parts, part = i % parts;  // kPartGate, kPartUp, kPartDown
     const int e = s < ns ? p.experts.num_experts + s : sr.expert[s - ns];
-    mats[s][part] = expert_matrix(p.experts, e, part == 0 ? kPartGate : kPartUp);
+    mats[s][part] = expert_matrix(p.experts, e, part);
   }
   __syncthreads();
 }
@@ -63,24 +65,42 @@ __device__ __forceinline__ bool xs_slot_active(const ExpertGemvParams& p, const 
 
 // ---- gate_up --------------------------------------------------------------------------------
 
-struct XsGateUpStage {
+// A block's rows of a matrix of `total` rows split over the grid, in stages of at most `per_stage`
+// rows of one slot.
+struct XsRows {
+  int lo = 0, n = 0, sps = 0, P = 0;  // first row, rows, stages a slot, rows a stage
+  uint32_t stages = 0;                // of all slots
+};
+__device__ __forceinline__ XsRows xs_rows(int total, int per_stage, int slots) {
+  XsRows r;
+  r.lo = static_cast<int>(static_cast<int64_t>(blockIdx.x) * total / gridDim.x);
+  r.n = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * total / gridDim.x) - r.lo;
+  r.sps = r.n > 0 ? (r.n + per_stage - 1) / per_stage : 0;
+  r.P = r.sps > 0 ? (r.n + r.sps - 1) / r.sps : 0;
+  r.stages = static_cast<uint32_t>(slots * r.sps);
+  return r;
+}
+
+// Stage i of the block's rows b: slot-major, up to b.P rows of one slot.
+struct XsStage {
   int slot, r0, cnt;
 };
-// Stage i of a block owning rows [r_lo, r_lo + nrows) of each slot in stages of P rows (sps a slot).
-__device__ __forceinline__ XsGateUpStage xs_gate_up_stage(uint32_t i, int r_lo, int nrows, int sps, int P) {
-  XsGateUpStage st;
-  st.slot = static_cast<int>(i) / sps;
-  st.r0 = r_lo + (static_cast<int>(i) % sps) * P;
-  st.cnt = min(P, r_lo + nrows - st.r0);
+__device__ __forceinline__ XsStage xs_stage(uint32_t i, const XsRows& b) {
+  XsStage st;
+  st.slot = static_cast<int>(i) / b.sps;
+  st.r0 = b.lo + (static_cast<int>(i) % b.sps) * b.P;
+  st.cnt = min(b.P, b.lo + b.n - st.r0);
   return st;
 }
 
-// Producer lane: stage i's gate rows, then its up rows. No bytes for an inactive slot.
+// Producer lane: stage i = rows [r0, r0 + cnt) of each of the n matrices m[0..n) (gate_up: gate
+// then up; down: down), one after the other. A matrix whose rows are contiguous (a routed expert;
+// a shared expert's gate/up view) is one copy; a shared expert's down view keeps its parent's
+// wider row stride (a copy a row). No bytes for an inactive slot.
 template <bool kFp8, int S>
-__device__ __forceinline__ void xs_issue_gate_up(uint8_t* smem, const ExpertStreamGeom& g, BulkRing<S>& ring,
-                                                 uint32_t i, const XsGateUpStage& st, bool active,
-                                                 const rs::cuda::DeviceMatrix (&m)[2], uint32_t row_bytes,
-                                                 uint64_t policy) {
+__device__ __forceinline__ void xs_issue_rows(uint8_t* smem, const ExpertStreamGeom& g, BulkRing<S>& ring, uint32_t i,
+                                              const XsStage& st, bool active, const rs::cuda::DeviceMatrix* m, int n,
+                                              uint32_t row_bytes, uint64_t policy) {
   const int s = ring.stage(i);
   if (!active) {
     mbar_arrive(&ring.full[s]);
@@ -88,119 +108,73 @@ __device__ __forceinline__ void xs_issue_gate_up(uint8_t* smem, const ExpertStre
   }
   uint8_t* dst = smem + static_cast<size_t>(s) * g.stage_bytes;
   const uint32_t bytes = static_cast<uint32_t>(st.cnt) * row_bytes;
-  mbar_arrive_expect_tx(&ring.full[s], 2 * bytes);
-  bulk_copy_g2s(dst, weight_row(m[0], st.r0, kFp8).data, bytes, &ring.full[s], policy);
-  bulk_copy_g2s(dst + bytes, weight_row(m[1], st.r0, kFp8).data, bytes, &ring.full[s], policy);
+  mbar_arrive_expect_tx(&ring.full[s], n * bytes);
+  for (int k = 0; k < n; ++k, dst += bytes) {
+    if (m[k].cols * (kFp8 ? 1 : 2) == static_cast<int64_t>(row_bytes)) {
+      bulk_copy_g2s(dst, weight_row(m[k], st.r0, kFp8).data, bytes, &ring.full[s], policy);
+    } else {
+      for (int q = 0; q < st.cnt; ++q)
+        bulk_copy_g2s(dst + static_cast<size_t>(q) * row_bytes, weight_row(m[k], st.r0 + q, kFp8).data, row_bytes,
+                      &ring.full[s], policy);
+    }
+  }
 }
 
-// h[slot][row] = silu(gate . x) * (up . x) for this block's rows of every slot (one token).
-template <bool kFp8, int S>
-__device__ __forceinline__ void expert_stream_gate_up_op(const ExpertGemvParams& p, const ExpertStreamGeom& g,
-                                                         uint8_t* smem) {
-  constexpr int E = chunk_elems<kFp8>();
-  __shared__ BulkRing<S> ring;
-  __shared__ SmallRouting sr;
-  __shared__ XsSlotMatrices mats_smem;
-  __shared__ float amax_scratch[32];
-  rs::cuda::DeviceMatrix (*mats)[2] = mats_smem.get();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const bool producer = warp == kXsConsumerWarps;
-  const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
-  const uint32_t row_bytes = static_cast<uint32_t>(hidden) * (kFp8 ? 1u : 2u);
-  const int r_lo = static_cast<int>(static_cast<int64_t>(blockIdx.x) * inter / gridDim.x);
-  const int nrows = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * inter / gridDim.x) - r_lo;
-  const int sps = nrows > 0 ? (nrows + g.rows_per_stage - 1) / g.rows_per_stage : 0;  // stages a slot
-  const int P = sps > 0 ? (nrows + sps - 1) / sps : 0;
-  const uint32_t n_stages = static_cast<uint32_t>(g.slots * sps);
-  const int64_t nch = hidden / E;
-
-  if (threadIdx.x == 0) ring.init(kXsConsumerWarps);
-  xs_slot_matrices(p, sr, 0, ns, mats);  // __syncthreads: the ring's init is visible too
-  pdl_launch_dependents();
-  const uint64_t policy = l2_evict_first();
-  uint32_t issued = 0;
-  // The shared experts' stages come first and need no routing: before the wait.
-  const uint32_t first = min(n_stages, static_cast<uint32_t>(S));
-  if (producer && lane == 0)
-    for (; issued < min(first, static_cast<uint32_t>(g.prewait_stages)); ++issued) {
-      const XsGateUpStage st = xs_gate_up_stage(issued, r_lo, nrows, sps, P);
-      if (st.slot >= ns) break;
-      xs_issue_gate_up<kFp8, S>(smem, g, ring, issued, st, true, mats[st.slot], row_bytes, policy);
-    }
-  pdl_wait();  // routing from the router, x from the norm
-  small_routing(p, sr);
-  xs_slot_matrices(p, sr, ns, ns + sr.n_active, mats);
-  if (producer && lane == 0)
-    for (; issued < first; ++issued) {
-      const XsGateUpStage st = xs_gate_up_stage(issued, r_lo, nrows, sps, P);
-      xs_issue_gate_up<kFp8, S>(smem, g, ring, issued, st, xs_slot_active(p, sr, st.slot), mats[st.slot], row_bytes,
-                                policy);
-    }
-  issued = first;  // every lane of the producer warp, which waits on the ring as one below
-  // x into shared memory: bf16 as is; FP8 as f16 scaled by 2^-e (expert_decode.cuh's staging).
-  uint8_t* act = smem + g.act_offset;
-  float x_scale = 1.f;
+// x into shared memory at act: bf16 as is; FP8 as f16 scaled by 2^-e (expert_decode.cuh's
+// staging). Returns 2^e (1 for bf16). Every thread of the block calls it; the caller syncs.
+template <bool kFp8>
+__device__ __forceinline__ float xs_stage_x(const ExpertGemvParams& p, uint8_t* act, float* amax_scratch) {
+  const int hidden = p.experts.hidden;
   if constexpr (kFp8) {
     const int e = f16_stage_exponent(rs::cuda::block_max(amax_bf16(p.x, hidden, threadIdx.x, blockDim.x), amax_scratch));
     stage_f16(p.x, hidden, e, reinterpret_cast<__half*>(act), threadIdx.x, blockDim.x);
-    x_scale = ldexpf(1.f, e);
+    return ldexpf(1.f, e);
   } else {
     for (int v = threadIdx.x; v < hidden / 8; v += blockDim.x)
       reinterpret_cast<uint4*>(act)[v] = ld_cached16(p.x + static_cast<int64_t>(v) * 8);
+    return 1.f;
   }
-  __syncthreads();
+}
 
-  if (producer) {
-    for (uint32_t i = issued; i < n_stages; ++i) {
-      ring.acquire(i);
-      if (lane == 0) {
-        const XsGateUpStage st = xs_gate_up_stage(i, r_lo, nrows, sps, P);
-        xs_issue_gate_up<kFp8, S>(smem, g, ring, i, st, xs_slot_active(p, sr, st.slot), mats[st.slot], row_bytes,
-                                  policy);
+// A consumer warp's rows of one landed gate_up stage (st of a slot whose matrices are m): row q
+// of the stage is the block's row k0 + q and goes to warp (k0 + q) % 16; writes
+// h[slot][row] = silu(g) * u. The register kernel's arithmetic in its order: each lane's chunks
+// lane, lane + 32, ..., then the warp sums.
+template <bool kFp8>
+__device__ __forceinline__ void xs_gate_up_rows(const ExpertGemvParams& p, const uint8_t* stage, const XsStage& st,
+                                                int k0, const rs::cuda::DeviceMatrix (&m)[3], const uint8_t* act,
+                                                float x_scale, uint32_t row_bytes) {
+  constexpr int E = chunk_elems<kFp8>();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t nch = p.experts.hidden / E;
+  for (int q = (warp - k0 % kXsConsumerWarps + kXsConsumerWarps) % kXsConsumerWarps; q < st.cnt;
+       q += kXsConsumerWarps) {
+    const int row = st.r0 + q;
+    const uint8_t* wg = stage + static_cast<size_t>(q) * row_bytes;
+    const uint8_t* wu = stage + static_cast<size_t>(st.cnt + q) * row_bytes;
+    float pg = 0.f, pu = 0.f;
+    if constexpr (kFp8) {
+      const WeightRow rg = weight_row(m[0], row, true), ru = weight_row(m[1], row, true);
+      const __half* xh = reinterpret_cast<const __half*>(act);
+      const int bc = m[0].block_cols;
+#pragma unroll 4
+      for (int64_t c = lane; c < nch; c += 32) {
+        const uint4 x0 = *reinterpret_cast<const uint4*>(xh + c * 16);
+        const uint4 x1 = *reinterpret_cast<const uint4*>(xh + c * 16 + 8);
+        pg = fmaf(__ldg(rg.scale + (c * E) / bc), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wg)[c], x0, x1), pg);
+        pu = fmaf(__ldg(ru.scale + (c * E) / bc), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wu)[c], x0, x1), pu);
       }
-      __syncwarp();
-    }
-    return;
-  }
-  int k0 = 0;  // rows of the earlier stages: row q of this stage is the block's row k0 + q
-  for (uint32_t i = 0; i < n_stages; ++i) {
-    const XsGateUpStage st = xs_gate_up_stage(i, r_lo, nrows, sps, P);
-    ring.wait_full(i);
-    if (xs_slot_active(p, sr, st.slot)) {
-      const uint8_t* stage = smem + static_cast<size_t>(ring.stage(i)) * g.stage_bytes;
-      for (int q = (warp - k0 % kXsConsumerWarps + kXsConsumerWarps) % kXsConsumerWarps; q < st.cnt;
-           q += kXsConsumerWarps) {
-        const int row = st.r0 + q;
-        const uint8_t* wg = stage + static_cast<size_t>(q) * row_bytes;
-        const uint8_t* wu = stage + static_cast<size_t>(st.cnt + q) * row_bytes;
-        float pg = 0.f, pu = 0.f;
-        if constexpr (kFp8) {
-          const WeightRow rg = weight_row(mats[st.slot][0], row, true), ru = weight_row(mats[st.slot][1], row, true);
-          const __half* xh = reinterpret_cast<const __half*>(act);
-          const int bc = mats[st.slot][0].block_cols;
+    } else {
 #pragma unroll 4
-          for (int64_t c = lane; c < nch; c += 32) {
-            const uint4 x0 = *reinterpret_cast<const uint4*>(xh + c * 16);
-            const uint4 x1 = *reinterpret_cast<const uint4*>(xh + c * 16 + 8);
-            pg = fmaf(__ldg(rg.scale + (c * E) / bc), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wg)[c], x0, x1), pg);
-            pu = fmaf(__ldg(ru.scale + (c * E) / bc), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wu)[c], x0, x1), pu);
-          }
-        } else {
-#pragma unroll 4
-          for (int64_t c = lane; c < nch; c += 32) {
-            const uint4 xv = reinterpret_cast<const uint4*>(act)[c];
-            pg = dot8_bf16(reinterpret_cast<const uint4*>(wg)[c], xv, pg);
-            pu = dot8_bf16(reinterpret_cast<const uint4*>(wu)[c], xv, pu);
-          }
-        }
-        const float gv = warp_sum(pg) * x_scale;
-        const float uv = warp_sum(pu) * x_scale;
-        if (lane == 0) p.h[static_cast<int64_t>(st.slot) * inter + row] = __float2bfloat16_rn(silu(gv) * uv);
+      for (int64_t c = lane; c < nch; c += 32) {
+        const uint4 xv = reinterpret_cast<const uint4*>(act)[c];
+        pg = dot8_bf16(reinterpret_cast<const uint4*>(wg)[c], xv, pg);
+        pu = dot8_bf16(reinterpret_cast<const uint4*>(wu)[c], xv, pu);
       }
     }
-    k0 += st.cnt;
-    __syncwarp();
-    if (lane == 0) ring.release(i);
+    const float gv = warp_sum(pg) * x_scale;
+    const float uv = warp_sum(pu) * x_scale;
+    if (lane == 0) p.h[static_cast<int64_t>(st.slot) * p.experts.inter + row] = __float2bfloat16_rn(silu(gv) * uv);
   }
 }
 

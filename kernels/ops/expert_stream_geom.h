@@ -1,6 +1,6 @@
 #pragma once
-// Launch geometry of the streaming expert gate_up (kernels/ops/expert_stream.cuh), computed on
-// the host (moe_decode_kernels.cu). Plain C++.
+// Launch geometry of the streaming expert kernels (kernels/ops/expert_stream.cuh, gate_up, and
+// expert_stream_ffn.cuh, gate_up + down), computed on the host (moe_decode_kernels.cu). Plain C++.
 #include <cstdint>
 
 namespace rs::kern {
@@ -16,6 +16,9 @@ struct ExpertStreamGeom {
   uint32_t act_offset = 0;   // dynamic shared memory: the ring at 0, the staged x here
   uint32_t smem_bytes = 0;   // the launch's dynamic shared memory
   int prewait_stages = 0;    // stages copied before griddepcontrol.wait, at most
+  // The whole FFN in one launch (expert_stream_ffn.cuh): down rows of one slot a stage; the
+  // shared memory at act_offset holds x, then every slot's h.
+  int down_rows_per_stage = 0;
 };
 
 }  // namespace rs::kern

@@ -10,7 +10,7 @@
 #include "kernels/common/smem_optin.h"
 #include "kernels/ops/expert_decode.cuh"
 #include "kernels/ops/expert_gemm.cuh"
-#include "kernels/ops/expert_stream.cuh"
+#include "kernels/ops/expert_stream_ffn.cuh"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/moe_decode_launch.h"
@@ -65,7 +65,17 @@ template <bool kFp8>
 __global__ void __launch_bounds__(kXsThreads, 1)
     expert_stream_gate_up_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g) {
   extern __shared__ __align__(128) uint8_t xs_smem[];
-  expert_stream_gate_up_op<kFp8, kXsStages>(p, g, xs_smem);
+  expert_stream_op<kFp8, kXsStages, false>(p, g, xs_smem, nullptr);
+}
+// The one-token FFN's grid-wide wait counters (expert_stream_ffn.cuh): zero at module load, zeroed
+// again by every launch. A device global is per device, so tensor-parallel ranks have their own.
+__device__ unsigned g_xs_sync[kXsSyncWords];
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kXsThreads, 1)
+    expert_stream_ffn_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g) {
+  extern __shared__ __align__(128) uint8_t xs_smem[];
+  expert_stream_op<kFp8, kXsStages, true>(p, g, xs_smem, g_xs_sync);
 }
 __global__ void __launch_bounds__(kMaxExperts) expert_decode_group_kernel(ExpertGemmParams p) {
   pdl_launch_dependents();
@@ -144,27 +154,34 @@ constexpr uint32_t kXsPrewaitBytes = 96 * 1024;
 
 uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
 
-// The gate_up launch's geometry for m tokens of `experts` (shared experts folded in as set);
+// The streaming launch's geometry for m tokens of `experts` (shared experts folded in as set):
+// gate_up alone, or with `ffn` the whole FFN (x and then h after the ring, and the down stages);
 // false where the streaming kernel does not take them (more than one token, shapes that do not
 // fit it).
-bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_k, ExpertStreamGeom& g) {
+bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_k, ExpertStreamGeom& g,
+                            bool ffn = false) {
   const bool fp8 = experts.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
   const int64_t esize = fp8 ? 1 : 2, E = fp8 ? 16 : 8;
   const int64_t hidden = experts.hidden, inter = experts.inter;
   const int slots = experts.n_shared + std::min(experts.num_experts, top_k);
   if (m != 1 || slots > kMaxSharedSlots + kMaxTopK || hidden % E || inter % E || hidden < 1 || inter < 1)
     return false;
-  // Stages of whole gate/up row pairs of one slot; x (bf16, or f16 for FP8) after the ring.
-  const int64_t pair = 2 * hidden * esize, x_bytes = align128(static_cast<uint32_t>(hidden * 2));
-  if (x_bytes >= kXsSmemBudget) return false;
-  const int64_t rows = std::min<int64_t>((kXsSmemBudget - x_bytes) / kXsStages / pair, inter);
+  // Stages of whole gate/up row pairs of one slot; x (bf16, or f16 for FP8) after the ring, and
+  // for the FFN every slot's h (bf16, or f16) in the same place once x is dead.
+  const int64_t pair = 2 * hidden * esize;
+  const int64_t act = std::max<int64_t>(hidden * 2, ffn ? int64_t(slots) * inter * 2 : 0);
+  if (act >= kXsSmemBudget) return false;
+  const uint32_t act_bytes = align128(static_cast<uint32_t>(act));
+  const int64_t rows = std::min<int64_t>((kXsSmemBudget - act_bytes) / kXsStages / pair, inter);
   if (rows < 1) return false;
   g.slots = slots;
   g.rows_per_stage = static_cast<int>(rows);
   g.stage_bytes = align128(static_cast<uint32_t>(rows * pair));
   g.act_offset = g.stage_bytes * kXsStages;
-  g.smem_bytes = g.act_offset + static_cast<uint32_t>(x_bytes);
+  g.smem_bytes = g.act_offset + act_bytes;
   g.prewait_stages = static_cast<int>(std::max<uint32_t>(1u, kXsPrewaitBytes / g.stage_bytes));
+  g.down_rows_per_stage = ffn ? static_cast<int>(g.stage_bytes / (inter * esize)) : 0;
+  if (ffn && (g.down_rows_per_stage < 1 || inter > kXsMaxInter)) return false;
   return true;
 }
 
@@ -174,6 +191,37 @@ void launch_expert_stream_gate_up(const ExpertGemvParams& p, const ExpertStreamG
   (void)allow_dynamic_smem(gate_up, static_cast<int>(g.smem_bytes));  // a refusal shows as the launch's error
   launch_pdl(gate_up, dim3(std::min(sm_count, p.experts.inter)), dim3(kXsThreads), g.smem_bytes, s, p, g);
 }
+
+// The whole FFN in one launch where it fits: one resident block an SM for every block of the grid
+// (the grid-wide wait) and at most kXsDownRowsPerWarp down rows a consumer warp. Modes
+// (set_expert_ffn, environment RS_EXPERT_FFN): 0 off (the streamed gate_up and the register
+// down), 1 bf16 experts only (default: with FP8 experts the single launch measured slower, H200
+// V2-Lite 2.13 against 1.98 ms a step), 2 bf16 and FP8 (tests, A/B runs).
+int g_expert_ffn = env_int("RS_EXPERT_FFN", 1, 0, 2);
+
+int expert_ffn_grid(const rs::cuda::MoeExperts& experts, int sm_count) {
+  return std::min(sm_count, experts.inter);
+}
+
+template <bool kFp8>
+bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
+  ExpertStreamGeom g;
+  if (!expert_stream_geometry(p.experts, p.m, p.top_k, g, true)) return false;
+  const int grid = expert_ffn_grid(p.experts, sm_count);
+  const int rows_per_block = (p.experts.hidden + grid - 1) / grid;
+  if (rows_per_block > kXsConsumerWarps * kXsDownRowsPerWarp) return false;
+  auto* ffn = expert_stream_ffn_kernel<kFp8>;
+  if (!allow_dynamic_smem(ffn, static_cast<int>(g.smem_bytes))) return false;
+  int resident = 0;  // the grid-wide wait needs one resident block an SM, asked of the driver itself
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, ffn, kXsThreads, g.smem_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (resident < 1) return false;
+  launch_pdl(ffn, dim3(grid), dim3(kXsThreads), g.smem_bytes, s, p, g);
+  return true;
+}
+
 
 // The register kernels' launches of `which`.
 template <bool kFp8, int MT>
@@ -193,6 +241,8 @@ void register_parts(const ExpertGemvParams& p, int sm_count, cudaStream_t s, uns
 template <bool kFp8, int MT>
 void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   ExpertStreamGeom g;
+  if (MT == 1 && g_expert_stream && g_expert_ffn >= (kFp8 ? 2 : 1) && launch_expert_stream_ffn<kFp8>(p, sm_count, s))
+    return;
   if (MT == 1 && g_expert_stream && expert_stream_geometry(p.experts, p.m, p.top_k, g)) {
     launch_expert_stream_gate_up<kFp8>(p, g, sm_count, s);
     return register_parts<kFp8, MT>(p, sm_count, s, 2u);
@@ -212,6 +262,8 @@ void small_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
 
 void set_expert_decode(bool on) { g_expert_decode = on; }
 void set_expert_stream(bool on) { g_expert_stream = on; }
+void set_expert_ffn(int mode) { g_expert_ffn = mode; }
+int expert_ffn() { return g_expert_ffn; }
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k) {
   ExpertStreamGeom g;
   return g_expert_decode && g_expert_stream && expert_stream_geometry(experts, m, top_k, g);

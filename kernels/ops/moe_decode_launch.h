@@ -27,6 +27,12 @@ void set_expert_decode(bool on);
 // One token's gate_up through the streaming kernel (expert_stream.cuh; default on, environment
 // RS_EXPERT_STREAM=0 starts off); off, the register kernel of expert_decode.cuh.
 void set_expert_stream(bool on);
+// With the streaming gate_up on: one token's whole FFN (gate_up, then down) in one launch
+// (expert_stream_ffn.cuh) for mode 1 bf16 experts (the default; environment RS_EXPERT_FFN
+// starts another), mode 2 bf16 and FP8; otherwise (and mode 0) the streamed gate_up and the
+// register down kernel.
+void set_expert_ffn(int mode);
+int expert_ffn();
 // Whether moe_experts() runs m tokens of `experts` (its shared experts folded in as set) with the
 // streaming gate_up: the forward pass picks the router in front of it by this.
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k);

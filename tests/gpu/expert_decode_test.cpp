@@ -190,10 +190,12 @@ TEST_CASE("few-token expert kernels replay from a CUDA graph with changing routi
     }
 }
 
-// One token's gate_up through the streaming kernel (expert_stream.cuh) and the register kernel:
-// the same bits, and both at the fp64 reference; with 0-2 shared experts, rows that fill no
-// stage evenly, an invalid routed id (its slot gets no bytes), and the V2-Lite shape.
-void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_invalid) {
+// One token through the three paths: the whole FFN in one streaming launch
+// (expert_stream_ffn.cuh), the streamed gate_up with the register down, and both register
+// kernels: the same bits, and at the fp64 reference; with 0-2 shared experts, rows that fill no
+// stage evenly, an invalid routed id (its slot gets no bytes), and the V2-Lite shape. `calls`
+// calls in a row with new routing and x each (the FFN's grid-wide counters reset every launch).
+void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_invalid, int calls = 1) {
   Rng rng(seed);
   const Experts f(type, sh, rng);
   const size_t ws_bytes = rs::cuda::moe_workspace_bytes(1, sh.top_k, f.experts);
@@ -201,33 +203,39 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
   DeviceBuf<uint16_t> x(sh.hidden), out(sh.hidden);
   DeviceBuf<int> dids(sh.top_k);
   DeviceBuf<float> dw(sh.top_k);
-  std::vector<int> ids;
-  std::vector<float> w;
-  f.route(1, rng, ids, w, with_invalid);
-  const auto xh = rng.bf16(sh.hidden);
-  x.upload(xh);
-  dids.upload(ids);
-  dw.upload(w);
-  std::vector<uint16_t> got[2];
-  for (int path = 0; path < 2; ++path) {  // streaming gate_up, register gate_up
-    rs::kern::set_expert_stream(path == 0);
-    out.poison();
-    rs::cuda::moe_experts(f.experts, reinterpret_cast<const __nv_bfloat16*>(x.ptr), 1, sh.top_k, dids.ptr, dw.ptr,
-                          reinterpret_cast<__nv_bfloat16*>(out.ptr), {ws.ptr, ws_bytes}, nullptr);
-    cuda_ok(cudaDeviceSynchronize(), "moe_experts");
-    got[path] = out.download();
+  const int ffn_mode = rs::kern::expert_ffn();
+  for (int c = 0; c < calls; ++c) {
+    std::vector<int> ids;
+    std::vector<float> w;
+    f.route(1, rng, ids, w, with_invalid);
+    const auto xh = rng.bf16(sh.hidden);
+    x.upload(xh);
+    dids.upload(ids);
+    dw.upload(w);
+    std::vector<uint16_t> got[3];
+    for (int path = 0; path < 3; ++path) {  // whole FFN streamed, streamed gate_up, register kernels
+      rs::kern::set_expert_stream(path < 2);
+      rs::kern::set_expert_ffn(path == 0 ? 2 : 0);
+      out.poison();
+      rs::cuda::moe_experts(f.experts, reinterpret_cast<const __nv_bfloat16*>(x.ptr), 1, sh.top_k, dids.ptr, dw.ptr,
+                            reinterpret_cast<__nv_bfloat16*>(out.ptr), {ws.ptr, ws_bytes}, nullptr);
+      cuda_ok(cudaDeviceSynchronize(), "moe_experts");
+      got[path] = out.download();
+    }
+    rs::kern::set_expert_stream(true);
+    rs::kern::set_expert_ffn(ffn_mode);
+    const auto st = relative_error(got[0], f.reference(1, xh, ids, w));
+    INFO((type == WeightType::BF16 ? "bf16" : "fp8") << " hidden=" << sh.hidden << " inter=" << sh.inter
+                                                     << " n_shared=" << sh.n_shared << " invalid=" << with_invalid
+                                                     << " call " << c << " rel=" << st.rel);
+    CHECK(st.nan == 0);
+    CHECK(st.rel <= kTolerance);
+    CHECK(got[0] == got[1]);
+    CHECK(got[1] == got[2]);
   }
-  rs::kern::set_expert_stream(true);
-  const auto st = relative_error(got[0], f.reference(1, xh, ids, w));
-  INFO((type == WeightType::BF16 ? "bf16" : "fp8") << " hidden=" << sh.hidden << " inter=" << sh.inter
-                                                   << " n_shared=" << sh.n_shared << " invalid=" << with_invalid
-                                                   << " rel=" << st.rel);
-  CHECK(st.nan == 0);
-  CHECK(st.rel <= kTolerance);
-  CHECK(got[0] == got[1]);
 }
 
-TEST_CASE("streaming expert gate_up (one token) gives the register kernel's bits and matches the fp64 reference") {
+TEST_CASE("streaming expert kernels (one token: the whole FFN, or gate_up) give the register kernels' bits and match the fp64 reference") {
   if (skip_without_gpu("streaming experts")) return;
   uint64_t seed = 9600;
   for (WeightType type : {WeightType::BF16, WeightType::FP8_E4M3_BLOCK}) {
@@ -237,6 +245,11 @@ TEST_CASE("streaming expert gate_up (one token) gives the register kernel's bits
     compare_stream_paths(type, {12, type == WeightType::BF16 ? 1040 : 2064, inter, 4, 2}, seed++, false);
     compare_stream_paths(type, {8, 2048, 1408, 6, 2}, seed++, false);  // V2-Lite's slots and rows
     compare_stream_paths(type, {8, 2048, 1408, 6, 2}, seed++, true);
+    compare_stream_paths(type, {8, 2048, 1408, 6, 2}, seed++, false, 5);
+    // More than 16 down rows a block on a 132-SM part (two rows for some consumer warps).
+    compare_stream_paths(type, {12, 4112, inter, 4, 2}, seed++, false);
   }
+  // A grid of 64 blocks (inter 64), fewer than the SMs.
+  compare_stream_paths(WeightType::BF16, {12, 272, 64, 4, 2}, seed++, false, 3);
 }
 }

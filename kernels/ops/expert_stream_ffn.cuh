@@ -1,0 +1,264 @@
+#pragma once
+// One token's whole expert FFN in one launch: the streamed gate_up of expert_stream.cuh, then the
+// down projection through the same ring, with one grid-wide wait between them (expert_stream_op
+// with kDown; without it the op is the gate_up alone).
+//
+// Why: as two kernels the down launch started late behind the streamed gate_up. Its blocks cannot
+// share an SM with a 216 KB gate_up block, so its weights began to move only as gate_up's blocks
+// ended, and it paid its own ramp after gate_up's tail (H200, V2-Lite bf16, 2026-11-30: the down
+// kernel ended 20.0 us after gate_up for 46 MB of weights, 54% of the bandwidth). Here the
+// producer lane never stops: down's rows need no h, so they fill the ring while the consumers
+// finish gate_up and wait for the other blocks' h.
+//
+// The grid-wide wait needs every block resident at once: one block an SM (the ring leaves no room
+// for a second) and no more blocks than SMs, checked on the host with the occupancy API. PDL
+// cannot break this: the next kernel launches only once every block of this grid has run
+// griddepcontrol.launch_dependents, i.e. is resident. Memory ordering is cooperative groups' grid
+// sync: each consumer's h stores, a named barrier of the consumer warps, thread 0's release add at
+// gpu scope; the waiter's acquire load, a named barrier, then h read with loads that bypass L1.
+// The two counters (arrivals, departures) are a device global: launches on one device must not
+// overlap (the step's chain runs them in order; a second stream running this kernel at the same
+// time would share them). The last block to pass the wait zeroes both for the next launch.
+//
+// Down: block b owns hidden rows [b*H/G, (b+1)*H/G); a stage is up to down_rows_per_stage of them
+// of one slot, slot-major, so each row meets the slots in order; the block's local row k belongs
+// to consumer warp k % 16. The arithmetic is the register down kernel's (fused_down_op in
+// expert_decode.cuh, 8 warps, one token): slot s's lane partials, times its routing weight (and
+// for FP8 its h's power-of-two scale), extend the per-lane fma chain s % 8, and the row is the sum
+// over k = 0..7 of warp_sum(chain k) in that order. Both give the same bits.
+#include "kernels/ops/expert_stream.cuh"
+
+namespace rs::kern {
+
+constexpr int kXsDownChains = kGemvWarps;  // the register down kernel's warps: slot s -> warp s % 8
+constexpr int kXsDownRowsPerWarp = 4;      // at most 64 hidden rows a block
+constexpr int kXsSyncWords = 2;            // arrivals, departures
+constexpr int kXsMaxInter = 2048;          // FP8: a slot's h in registers of one warp (8 pieces a lane)
+
+// The consumer warps only (the producer may be blocked on the ring): named barrier 1.
+__device__ __forceinline__ void xs_consumer_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kXsConsumerWarps * 32) : "memory");
+}
+
+__device__ __forceinline__ unsigned xs_load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Bounded like every spin-wait of the project (bulk_copy.cuh): a block that never arrives would
+// otherwise hang the step silently.
+static __device__ __noinline__ void xs_grid_wait(const unsigned* arrivals, unsigned target) {
+  const uint64_t start = global_time_ns();
+  for (uint32_t spin = 1;; ++spin) {
+    if (xs_load_acquire(arrivals) >= target) return;
+    if ((spin & 255u) == 0u && global_time_ns() - start > kMbarTimeoutNs) {
+      printf("rackserve: expert FFN block %d waited for %u gate_up blocks, saw %u after %llu ms; trapping\n",
+             blockIdx.x, target, xs_load_acquire(arrivals), static_cast<unsigned long long>(kMbarTimeoutNs / 1000000));
+      __trap();
+    }
+  }
+}
+
+// Every slot's h into shared memory at act after the grid-wide wait (consumer threads): bf16 as
+// is; FP8 as f16 scaled by the slot's own 2^-e, h_scale[s] = 2^e (stage_f16 of the register
+// kernel: the same exponent, the same conversions). Loads bypass L1: h was written by other
+// blocks during this launch.
+template <bool kFp8>
+__device__ __forceinline__ void xs_stage_h(const ExpertGemvParams& p, int slots, uint8_t* act, float* h_scale) {
+  const int inter = p.experts.inter;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31;
+  if constexpr (kFp8) {
+    // One pass: the lane's pieces stay in registers between the maximum and the conversion.
+    for (int s = warp; s < slots; s += kXsConsumerWarps) {
+      const __nv_bfloat16* h = p.h + static_cast<int64_t>(s) * inter;
+      uint4 v[kXsMaxInter / 256];
+      float m = 0.f;
+#pragma unroll
+      for (int k = 0; k < kXsMaxInter / 256; ++k) {
+        const int i = (lane + 32 * k) * 8;
+        v[k] = i < inter ? __ldcg(reinterpret_cast<const uint4*>(h + i)) : make_uint4(0, 0, 0, 0);
+        float f[8];
+        rs::cuda::bf16x8_to_float(v[k], f);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(f[j]));
+      }
+      const int e = f16_stage_exponent(rs::cuda::warp_max(m));
+      __half* dst = reinterpret_cast<__half*>(act) + static_cast<int64_t>(s) * inter;
+#pragma unroll
+      for (int k = 0; k < kXsMaxInter / 256; ++k) {
+        const int i = (lane + 32 * k) * 8;
+        if (i >= inter) break;
+        float f[8];
+        rs::cuda::bf16x8_to_float(v[k], f);
+        __half2 hv[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) hv[j] = __floats2half2_rn(ldexpf(f[2 * j], -e), ldexpf(f[2 * j + 1], -e));
+        *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(hv);
+      }
+      if (lane == 0) h_scale[s] = ldexpf(1.f, e);
+    }
+  } else {
+    const int64_t n = static_cast<int64_t>(slots) * inter / 8;
+    for (int64_t v = tid; v < n; v += kXsConsumerWarps * 32)
+      reinterpret_cast<uint4*>(act)[v] = __ldcg(reinterpret_cast<const uint4*>(p.h) + v);
+  }
+}
+
+// A consumer warp's rows of one landed down stage: chain slot % 8 of each of its rows gains
+// weight * (row . h[slot]).
+template <bool kFp8>
+__device__ __forceinline__ void xs_down_rows(const ExpertGemvParams& p, const uint8_t* stage, const XsStage& st,
+                                             int d_lo, const rs::cuda::DeviceMatrix& m, const uint8_t* act,
+                                             float wt, uint32_t row_bytes, float (&acc)[kXsDownRowsPerWarp][kXsDownChains]) {
+  constexpr int E = chunk_elems<kFp8>();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int inter = p.experts.inter;
+  const int64_t nch = inter / E;
+  const int k0 = st.r0 - d_lo;  // the stage's first row, local to the block
+  const int chain = st.slot % kXsDownChains;
+  const uint8_t* hs = act + static_cast<size_t>(st.slot) * inter * 2;  // bf16, or f16 for FP8
+  for (int q = (warp - k0 % kXsConsumerWarps + kXsConsumerWarps) % kXsConsumerWarps; q < st.cnt;
+       q += kXsConsumerWarps) {
+    const uint4* w = reinterpret_cast<const uint4*>(stage + static_cast<size_t>(q) * row_bytes);
+    float part = 0.f;
+    if constexpr (kFp8) {
+      const WeightRow r = weight_row(m, st.r0 + q, true);
+      const int bc = m.block_cols;
+      const __half* hh = reinterpret_cast<const __half*>(hs);
+      for (int64_t c = lane; c < nch; c += 32) {
+        const uint4 x0 = *reinterpret_cast<const uint4*>(hh + c * 16);
+        const uint4 x1 = *reinterpret_cast<const uint4*>(hh + c * 16 + 8);
+        part = fmaf(__ldg(r.scale + (c * E) / bc), dot16_e4m3_f16(w[c], x0, x1), part);
+      }
+    } else {
+      for (int64_t c = lane; c < nch; c += 32) part = dot8_bf16(w[c], reinterpret_cast<const uint4*>(hs)[c], part);
+    }
+    const int j = (k0 + q) / kXsConsumerWarps;
+    // Constant indices keep acc in registers.
+#pragma unroll
+    for (int jj = 0; jj < kXsDownRowsPerWarp; ++jj)
+#pragma unroll
+      for (int k = 0; k < kXsDownChains; ++k)
+        if (jj == j && k == chain) acc[jj][k] = fmaf(wt, part, acc[jj][k]);
+  }
+}
+
+// One token. kDown: out = sum over slots of weight * down_slot(h_slot), sync being kXsSyncWords
+// zeroed counters (see the top of the file); otherwise only h[slot] = silu(gate_slot . x) *
+// (up_slot . x), for the register down kernel (sync unused).
+template <bool kFp8, int S, bool kDown>
+__device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, const ExpertStreamGeom& g, uint8_t* smem,
+                                                 unsigned* sync) {
+  __shared__ BulkRing<S> ring;
+  __shared__ SmallRouting sr;
+  __shared__ XsSlotMatrices mats_smem;
+  __shared__ float amax_scratch[32];
+  __shared__ float h_scale[kXsMaxSlots];
+  rs::cuda::DeviceMatrix (*mats)[3] = mats_smem.get();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const bool producer = warp == kXsConsumerWarps;
+  const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
+  const uint32_t gu_row_bytes = static_cast<uint32_t>(hidden) * (kFp8 ? 1u : 2u);
+  const uint32_t d_row_bytes = static_cast<uint32_t>(inter) * (kFp8 ? 1u : 2u);
+  const XsRows gu = xs_rows(inter, g.rows_per_stage, g.slots);
+  const XsRows dn = kDown ? xs_rows(hidden, g.down_rows_per_stage, g.slots) : XsRows{};
+  const uint32_t n_stages = gu.stages + dn.stages;
+
+  if (threadIdx.x == 0) ring.init(kXsConsumerWarps);
+  constexpr int kParts = kDown ? 3 : 2;
+  xs_slot_matrices(p, sr, 0, ns, kParts, mats);  // __syncthreads: the ring's init is visible too
+  pdl_launch_dependents();
+  const uint64_t policy = l2_evict_first();
+  // Ring use i: gate_up stage i, then down stage i - gu.stages.
+  auto issue = [&](uint32_t i, bool routed) {
+    if (i < gu.stages) {
+      const XsStage st = xs_stage(i, gu);
+      xs_issue_rows<kFp8, S>(smem, g, ring, i, st, !routed || xs_slot_active(p, sr, st.slot), &mats[st.slot][kPartGate],
+                             2, gu_row_bytes, policy);
+    } else {
+      const XsStage st = xs_stage(i - gu.stages, dn);
+      xs_issue_rows<kFp8, S>(smem, g, ring, i, st, xs_slot_active(p, sr, st.slot), &mats[st.slot][kPartDown], 1,
+                             d_row_bytes, policy);
+    }
+  };
+  uint32_t issued = 0;
+  const uint32_t first = min(n_stages, static_cast<uint32_t>(S));
+  if (producer && lane == 0)  // the shared experts' gate_up stages need no routing: before the wait
+    for (; issued < min(min(first, gu.stages), static_cast<uint32_t>(g.prewait_stages)); ++issued) {
+      if (xs_stage(issued, gu).slot >= ns) break;
+      issue(issued, false);
+    }
+  pdl_wait();  // routing from the router, x from the norm
+  small_routing(p, sr);
+  xs_slot_matrices(p, sr, ns, ns + sr.n_active, kParts, mats);
+  if (producer && lane == 0)
+    for (; issued < first; ++issued) issue(issued, true);
+  issued = first;  // every lane of the producer warp, which waits on the ring as one below
+  const float x_scale = xs_stage_x<kFp8>(p, smem + g.act_offset, amax_scratch);
+  __syncthreads();
+
+  if (producer) {
+    for (uint32_t i = issued; i < n_stages; ++i) {
+      ring.acquire(i);
+      if (lane == 0) issue(i, true);
+      __syncwarp();
+    }
+    return;
+  }
+  int k0 = 0;  // rows of the earlier stages: row q of this stage is the block's row k0 + q
+  for (uint32_t i = 0; i < gu.stages; ++i) {
+    const XsStage st = xs_stage(i, gu);
+    ring.wait_full(i);
+    if (xs_slot_active(p, sr, st.slot))
+      xs_gate_up_rows<kFp8>(p, smem + static_cast<size_t>(ring.stage(i)) * g.stage_bytes, st, k0, mats[st.slot],
+                            smem + g.act_offset, x_scale, gu_row_bytes);
+    k0 += st.cnt;
+    __syncwarp();
+    if (lane == 0) ring.release(i);
+  }
+
+  if constexpr (!kDown) return;
+  // Every block's h, then this block's down rows.
+  xs_consumer_sync();
+  if (threadIdx.x == 0) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
+    xs_grid_wait(sync, gridDim.x);
+    if (atomicAdd(sync + 1, 1u) == gridDim.x - 1) {  // every block is past the wait: reset for the next launch
+      sync[0] = 0u;
+      sync[1] = 0u;
+    }
+  }
+  xs_consumer_sync();
+  const int slots = ns + sr.n_active;
+  xs_stage_h<kFp8>(p, slots, smem + g.act_offset, h_scale);  // x is dead: h takes its place
+  xs_consumer_sync();
+
+  float acc[kXsDownRowsPerWarp][kXsDownChains];
+#pragma unroll
+  for (int j = 0; j < kXsDownRowsPerWarp; ++j)
+#pragma unroll
+    for (int k = 0; k < kXsDownChains; ++k) acc[j][k] = 0.f;
+  for (uint32_t i = gu.stages; i < n_stages; ++i) {
+    const XsStage st = xs_stage(i - gu.stages, dn);
+    ring.wait_full(i);
+    if (xs_slot_active(p, sr, st.slot)) {
+      const float wt = (kFp8 ? h_scale[st.slot] : 1.f) * (st.slot < ns ? 1.f : sr.weight[0][st.slot - ns]);
+      xs_down_rows<kFp8>(p, smem + static_cast<size_t>(ring.stage(i)) * g.stage_bytes, st, dn.lo,
+                         mats[st.slot][kPartDown], smem + g.act_offset, wt, d_row_bytes, acc);
+    }
+    __syncwarp();
+    if (lane == 0) ring.release(i);
+  }
+#pragma unroll
+  for (int j = 0; j < kXsDownRowsPerWarp; ++j) {
+    const int k = warp + j * kXsConsumerWarps;
+    if (k >= dn.n) break;  // warp-uniform
+    float v = 0.f;
+#pragma unroll
+    for (int c = 0; c < kXsDownChains; ++c) v += warp_sum(acc[j][c]);  // fixed order
+    if (lane == 0) p.out[dn.lo + k] = __float2bfloat16_rn(v);
+  }
+}
+
+}  // namespace rs::kern
