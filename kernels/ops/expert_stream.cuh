@@ -93,28 +93,6 @@ __device__ __forceinline__ XsStage xs_stage(uint32_t i, const XsRows& b) {
   return st;
 }
 
-// Grid-wide waits of the streaming op (expert_stream_ffn.cuh: the blocks' h; expert_stream_route.cuh:
-// the router logits): the waiter's acquire load.
-__device__ __forceinline__ unsigned xs_load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Bounded like every spin-wait of the project (bulk_copy.cuh): a block that never arrives would
-// otherwise hang the step silently.
-static __device__ __noinline__ void xs_grid_wait(const unsigned* arrivals, unsigned target) {
-  const uint64_t start = global_time_ns();
-  for (uint32_t spin = 1;; ++spin) {
-    if (xs_load_acquire(arrivals) >= target) return;
-    if ((spin & 255u) == 0u && global_time_ns() - start > kMbarTimeoutNs) {
-      printf("rackserve: streaming experts block %d waited for %u blocks to arrive, saw %u after %llu ms; trapping\n",
-             blockIdx.x, target, xs_load_acquire(arrivals), static_cast<unsigned long long>(kMbarTimeoutNs / 1000000));
-      __trap();
-    }
-  }
-}
-
 // Producer lane: stage i = rows [r0, r0 + cnt) of each of the n matrices m[0..n) (gate_up: gate
 // then up; down: down), one after the other. A matrix whose rows are contiguous (a routed expert;
 // a shared expert's gate/up view) is one copy; a shared expert's down view keeps its parent's

@@ -27,18 +27,37 @@
 // for FP8 its h's power-of-two scale), extend the per-lane fma chain s % 8, and the row is the sum
 // over k = 0..7 of warp_sum(chain k) in that order. Both give the same bits.
 #include "kernels/ops/expert_stream.cuh"
-#include "kernels/ops/expert_stream_route.cuh"
 
 namespace rs::kern {
 
 constexpr int kXsDownChains = kGemvWarps;  // the register down kernel's warps: slot s -> warp s % 8
 constexpr int kXsDownRowsPerWarp = 4;      // at most 64 hidden rows a block
-constexpr int kXsSyncWords = 4;            // h: arrivals, departures; router logits: the same
+constexpr int kXsSyncWords = 2;            // arrivals, departures
 constexpr int kXsMaxInter = 2048;          // FP8: a slot's h in registers of one warp (8 pieces a lane)
 
 // The consumer warps only (the producer may be blocked on the ring): named barrier 1.
 __device__ __forceinline__ void xs_consumer_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kXsConsumerWarps * 32) : "memory");
+}
+
+__device__ __forceinline__ unsigned xs_load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Bounded like every spin-wait of the project (bulk_copy.cuh): a block that never arrives would
+// otherwise hang the step silently.
+static __device__ __noinline__ void xs_grid_wait(const unsigned* arrivals, unsigned target) {
+  const uint64_t start = global_time_ns();
+  for (uint32_t spin = 1;; ++spin) {
+    if (xs_load_acquire(arrivals) >= target) return;
+    if ((spin & 255u) == 0u && global_time_ns() - start > kMbarTimeoutNs) {
+      printf("rackserve: expert FFN block %d waited for %u gate_up blocks, saw %u after %llu ms; trapping\n",
+             blockIdx.x, target, xs_load_acquire(arrivals), static_cast<unsigned long long>(kMbarTimeoutNs / 1000000));
+      __trap();
+    }
+  }
 }
 
 // Every slot's h into shared memory at act after the grid-wide wait (consumer threads): bf16 as
@@ -127,13 +146,10 @@ __device__ __forceinline__ void xs_down_rows(const ExpertGemvParams& p, const ui
 
 // One token. kDown: out = sum over slots of weight * down_slot(h_slot), sync being kXsSyncWords
 // zeroed counters (see the top of the file); otherwise only h[slot] = silu(gate_slot . x) *
-// (up_slot . x), for the register down kernel (sync unused). kRoute (bf16, with kDown): the
-// router runs inside (expert_stream_route.cuh, rp); p.x, p.topk_ids and p.topk_weights are then
-// its outputs, not read.
-template <bool kFp8, int S, bool kDown, bool kRoute = false>
+// (up_slot . x), for the register down kernel (sync unused).
+template <bool kFp8, int S, bool kDown>
 __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, const ExpertStreamGeom& g, uint8_t* smem,
-                                                 unsigned* sync, const XsRouteParams* rp = nullptr) {
-  static_assert(!kRoute || (kDown && !kFp8), "the router inside: bf16 experts, the whole FFN");
+                                                 unsigned* sync) {
   __shared__ BulkRing<S> ring;
   __shared__ SmallRouting sr;
   __shared__ XsSlotMatrices mats_smem;
@@ -173,41 +189,13 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
       if (xs_stage(issued, gu).slot >= ns) break;
       issue(issued, false);
     }
-  float x_scale = 1.f;
-  if constexpr (kRoute) {
-    __shared__ int32_t route_ids[kMaxTopK];
-    __shared__ float route_w[kMaxTopK];
-    __shared__ float route_red[kXsRouteRows + 1][8];
-    if (threadIdx.x < kXsRouteThreads) xs_route_prefetch(*rp);
-    pdl_wait();  // residual and delta (o_proj) from the kernels before
-    if (producer) {  // more of the shared experts' stages while the consumers route
-      if (lane == 0)
-        for (; issued < min(min(first, gu.stages), static_cast<uint32_t>(g.route_stages)); ++issued) {
-          if (xs_stage(issued, gu).slot >= ns) break;
-          issue(issued, false);
-        }
-    } else {
-      if (threadIdx.x < kXsRouteThreads) xs_route_logits(*rp, smem + g.act_offset, route_red, sync);
-      xs_consumer_sync();
-      if (threadIdx.x == 0) xs_route_wait(*rp, sync);
-      xs_consumer_sync();
-      if (warp == 0)
-        xs_route_select(*rp, route_ids, route_w, reinterpret_cast<float*>(smem + g.act_offset + g.route_scratch_offset));
-    }
-    __syncthreads();
-    ExpertGemvParams routed = p;  // the selection in shared memory (plain loads in small_routing)
-    routed.topk_ids = route_ids;
-    routed.topk_weights = route_w;
-    small_routing(routed, sr);
-  } else {
-    pdl_wait();  // routing from the router, x from the norm
-    small_routing(p, sr);
-  }
+  pdl_wait();  // routing from the router, x from the norm
+  small_routing(p, sr);
   xs_slot_matrices(p, sr, ns, ns + sr.n_active, kParts, mats);
   if (producer && lane == 0)
     for (; issued < first; ++issued) issue(issued, true);
   issued = first;  // every lane of the producer warp, which waits on the ring as one below
-  if constexpr (!kRoute) x_scale = xs_stage_x<kFp8>(p, smem + g.act_offset, amax_scratch);  // (routed: x is in place)
+  const float x_scale = xs_stage_x<kFp8>(p, smem + g.act_offset, amax_scratch);
   __syncthreads();
 
   if (producer) {

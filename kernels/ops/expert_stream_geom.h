@@ -19,9 +19,6 @@ struct ExpertStreamGeom {
   // The whole FFN in one launch (expert_stream_ffn.cuh): down rows of one slot a stage; the
   // shared memory at act_offset holds x, then every slot's h.
   int down_rows_per_stage = 0;
-  // The router inside (expert_stream_route.cuh): its selection scratch, from act_offset.
-  uint32_t route_scratch_offset = 0;
-  int route_stages = 0;  // stages in flight (shared experts') while the consumers route, at most
 };
 
 }  // namespace rs::kern

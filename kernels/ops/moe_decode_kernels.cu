@@ -77,13 +77,6 @@ __global__ void __launch_bounds__(kXsThreads, 1)
   extern __shared__ __align__(128) uint8_t xs_smem[];
   expert_stream_op<kFp8, kXsStages, true>(p, g, xs_smem, g_xs_sync);
 }
-
-__global__ void __launch_bounds__(kXsThreads, 1)
-    expert_stream_routed_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g,
-                                const __grid_constant__ XsRouteParams rp) {
-  extern __shared__ __align__(128) uint8_t xs_smem[];
-  expert_stream_op<false, kXsStages, true, true>(p, g, xs_smem, g_xs_sync, &rp);
-}
 __global__ void __launch_bounds__(kMaxExperts) expert_decode_group_kernel(ExpertGemmParams p) {
   pdl_launch_dependents();
   pdl_wait();
@@ -166,7 +159,7 @@ uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
 // false where the streaming kernel does not take them (more than one token, shapes that do not
 // fit it).
 bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_k, ExpertStreamGeom& g,
-                            bool ffn = false, int route_experts = 0) {
+                            bool ffn = false) {
   const bool fp8 = experts.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
   const int64_t esize = fp8 ? 1 : 2, E = fp8 ? 16 : 8;
   const int64_t hidden = experts.hidden, inter = experts.inter;
@@ -176,10 +169,7 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   // Stages of whole gate/up row pairs of one slot; x (bf16, or f16 for FP8) after the ring, and
   // for the FFN every slot's h (bf16, or f16) in the same place once x is dead.
   const int64_t pair = 2 * hidden * esize;
-  // With the router inside, its selection scratch follows x.
-  const int64_t x_end = align128(static_cast<uint32_t>(hidden * 2));
-  const int64_t route = route_experts ? x_end + int64_t(rs::cuda::router_warp_scratch_floats(route_experts)) * 4 : 0;
-  const int64_t act = std::max({hidden * 2, ffn ? int64_t(slots) * inter * 2 : 0, route});
+  const int64_t act = std::max<int64_t>(hidden * 2, ffn ? int64_t(slots) * inter * 2 : 0);
   if (act >= kXsSmemBudget) return false;
   const uint32_t act_bytes = align128(static_cast<uint32_t>(act));
   const int64_t rows = std::min<int64_t>((kXsSmemBudget - act_bytes) / kXsStages / pair, inter);
@@ -191,8 +181,6 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   g.smem_bytes = g.act_offset + act_bytes;
   g.prewait_stages = static_cast<int>(std::max<uint32_t>(1u, kXsPrewaitBytes / g.stage_bytes));
   g.down_rows_per_stage = ffn ? static_cast<int>(g.stage_bytes / (inter * esize)) : 0;
-  g.route_scratch_offset = static_cast<uint32_t>(x_end);
-  g.route_stages = env_int("RS_XS_ROUTE_STAGES", g.prewait_stages, 0, 64);
   if (ffn && (g.down_rows_per_stage < 1 || inter > kXsMaxInter)) return false;
   return true;
 }
@@ -215,51 +203,23 @@ int expert_ffn_grid(const rs::cuda::MoeExperts& experts, int sm_count) {
   return std::min(sm_count, experts.inter);
 }
 
-// Whether `kernel` can run the whole FFN of p over `grid` blocks with geometry g: at most
-// kXsDownRowsPerWarp down rows a consumer warp, its shared memory allowed, and every block
-// resident at once (the grid-wide waits; asked of the driver itself).
-template <class Kernel>
-bool ffn_launchable(Kernel kernel, const ExpertGemvParams& p, const ExpertStreamGeom& g, int grid) {
-  const int rows_per_block = (p.experts.hidden + grid - 1) / grid;
-  if (rows_per_block > kXsConsumerWarps * kXsDownRowsPerWarp) return false;
-  if (!allow_dynamic_smem(kernel, static_cast<int>(g.smem_bytes))) return false;
-  int resident = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kXsThreads, g.smem_bytes) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return resident >= 1;
-}
-
 template <bool kFp8>
 bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   ExpertStreamGeom g;
   if (!expert_stream_geometry(p.experts, p.m, p.top_k, g, true)) return false;
   const int grid = expert_ffn_grid(p.experts, sm_count);
-  if (!ffn_launchable(expert_stream_ffn_kernel<kFp8>, p, g, grid)) return false;
-  launch_pdl(expert_stream_ffn_kernel<kFp8>, dim3(grid), dim3(kXsThreads), g.smem_bytes, s, p, g);
+  const int rows_per_block = (p.experts.hidden + grid - 1) / grid;
+  if (rows_per_block > kXsConsumerWarps * kXsDownRowsPerWarp) return false;
+  auto* ffn = expert_stream_ffn_kernel<kFp8>;
+  if (!allow_dynamic_smem(ffn, static_cast<int>(g.smem_bytes))) return false;
+  int resident = 0;  // the grid-wide wait needs one resident block an SM, asked of the driver itself
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, ffn, kXsThreads, g.smem_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (resident < 1) return false;
+  launch_pdl(ffn, dim3(grid), dim3(kXsThreads), g.smem_bytes, s, p, g);
   return true;
-}
-
-// The router inside the FFN launch (expert_stream_route.cuh): RS_ROUTER_IN_FFN=0 or
-// set_router_in_ffn(false) keeps the router's own launch (A/B runs, tests).
-bool g_router_in_ffn = env_int("RS_ROUTER_IN_FFN", 1, 0, 1) == 1;
-
-bool aligned16(const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; }
-
-// Where the routed FFN takes p and rp: one token, bf16 experts in the whole-FFN mode, the fused
-// routers' shapes with the norm, 16-byte aligned vectors, at most kXsRouteRows experts a block.
-bool route_in_ffn_fits(const ExpertGemvParams& p, const XsRouteParams& rp, int grid) {
-  const rs::cuda::LmHeadParams& lg = rp.lg;
-  const rs::cuda::MoeRouterParams& r = rp.r;
-  const rs::cuda::RouterNormIn& nm = rp.norm;
-  return g_router_in_ffn && g_expert_decode && g_expert_stream && g_expert_ffn >= 1 && p.m == 1 &&
-         p.experts.type == rs::cuda::WeightType::BF16 && r.n == 1 && r.top_k == p.top_k && r.top_k <= kMaxTopK &&
-         r.experts == p.experts.num_experts && lg.vocab == r.experts && lg.hidden == p.experts.hidden &&
-         lg.hidden <= kXsRouteThreads * 8 * kXsRouteVecs &&
-         rs::cuda::router_fused_supported(lg.hidden, r.experts, r.n_group, r.top_k) && r.experts <= kXsRouteRows * grid &&
-         lg.w && lg.logits && r.topk_ids && r.topk_weights && nm.residual && nm.delta && nm.weight && nm.out &&
-         aligned16(lg.w) && aligned16(nm.residual) && aligned16(nm.delta) && aligned16(nm.weight) && aligned16(nm.out);
 }
 
 
@@ -303,17 +263,6 @@ void small_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
 void set_expert_decode(bool on) { g_expert_decode = on; }
 void set_expert_stream(bool on) { g_expert_stream = on; }
 void set_expert_ffn(int mode) { g_expert_ffn = mode; }
-void set_router_in_ffn(bool on) { g_router_in_ffn = on; }
-
-bool launch_expert_decode_routed(const ExpertGemvParams& p, const XsRouteParams& rp, int sm_count, cudaStream_t s) {
-  const int grid = expert_ffn_grid(p.experts, sm_count);
-  ExpertStreamGeom g;
-  if (!route_in_ffn_fits(p, rp, grid) || !expert_stream_geometry(p.experts, p.m, p.top_k, g, true, rp.r.experts))
-    return false;
-  if (!ffn_launchable(expert_stream_routed_kernel, p, g, grid)) return false;
-  launch_pdl(expert_stream_routed_kernel, dim3(grid), dim3(kXsThreads), g.smem_bytes, s, p, g, rp);
-  return true;
-}
 int expert_ffn() { return g_expert_ffn; }
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k) {
   ExpertStreamGeom g;

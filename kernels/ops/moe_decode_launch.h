@@ -6,20 +6,11 @@
 
 #include <cstdint>
 
-#include "kernels/ops/lm_head_params.h"
 #include "kernels/ops/matmul_launch.h"
-#include "kernels/ops/moe_router_params.h"
 
 namespace rs::kern {
 
 constexpr int kMaxSharedExperts = 4;  // = kMaxSharedSlots of expert_decode.cuh
-
-// The router's part of a routed FFN launch (launch_expert_decode_routed below).
-struct XsRouteParams {
-  rs::cuda::LmHeadParams lg;    // router weight [experts, hidden] bf16 (w), logits [experts] out (logits)
-  rs::cuda::MoeRouterParams r;  // selection; topk_ids, topk_weights (and margins) out
-  rs::cuda::RouterNormIn norm;  // residual + delta -> x, written to norm.out
-};
 
 // Few tokens (m <= kExpertGemvMaxTokens), bf16 or FP8: gate_up (+SwiGLU) then down (+routing
 // weights, + shared experts), 2 kernels. p.h holds (n_shared + min(E, m*top_k)) * m * inter bf16.
@@ -42,13 +33,6 @@ void set_expert_stream(bool on);
 // register down kernel.
 void set_expert_ffn(int mode);
 int expert_ffn();
-// One token's router (post-attention add + RMSNorm, logits, selection; the fused router's
-// parameters) and whole bf16 FFN in one launch (expert_stream_route.cuh), where that launch
-// takes them (see route_in_ffn_fits); false: nothing launched. p.x, p.topk_ids and
-// p.topk_weights are the router's outputs (rp.norm.out, rp.r.topk_ids, rp.r.topk_weights).
-// Default on; environment RS_ROUTER_IN_FFN=0 starts off, set_router_in_ffn switches.
-bool launch_expert_decode_routed(const ExpertGemvParams& p, const XsRouteParams& rp, int sm_count, cudaStream_t s);
-void set_router_in_ffn(bool on);
 // Whether moe_experts() runs m tokens of `experts` (its shared experts folded in as set) with the
 // streaming gate_up: the forward pass picks the router in front of it by this.
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k);

@@ -14,7 +14,6 @@
 #include "backend/cuda/linear.h"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/moe_decode_launch.h"
-#include "kernels/ops/moe_router_params.h"
 #include "tests/gpu/linear_test_util.h"
 
 using namespace rs::test;
@@ -236,105 +235,6 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
   }
 }
 
-// One token through the router and the experts: the fused router's own launch then
-// moe_experts(), against the router inside the streaming FFN launch (moe_router_experts): the
-// same x, logits, ids, weights, margins and output bits, `calls` calls in a row (new residual and
-// delta each: the logits' grid-wide counters reset every launch), and the output at the fp64
-// reference over the x and routing the kernels chose.
-struct RouterShape {
-  rs::cuda::RouterScoring scoring;
-  rs::cuda::RouterTopk method;
-  int n_group, topk_group;
-  bool normalize, with_bias;
-};
-
-void compare_router_inside(Shape sh, RouterShape rs_, uint64_t seed, int calls) {
-  namespace cu = rs::cuda;
-  Rng rng(seed);
-  const Experts f(WeightType::BF16, sh, rng);
-  const size_t ws_bytes = cu::moe_workspace_bytes(1, sh.top_k, f.experts);
-  DeviceBuf<uint8_t> ws(ws_bytes);
-  std::vector<uint16_t> wr(size_t(sh.E) * sh.hidden);
-  for (auto& v : wr) v = float_to_bf16(rng.uniform(-0.06f, 0.06f));
-  std::vector<float> g(sh.hidden), bias(sh.E);
-  for (auto& v : g) v = rng.uniform(0.5f, 1.5f);
-  for (auto& v : bias) v = rng.uniform(-0.05f, 0.05f);
-  DeviceBuf<uint16_t> dwr(wr), delta(sh.hidden), xn(sh.hidden), out(sh.hidden);
-  DeviceBuf<float> dg(g), dbias(bias), res(sh.hidden), logits(sh.E), wts(sh.top_k), margin(1);
-  DeviceBuf<int> ids(sh.top_k), counters(cu::moe_router_fused_counters(1));
-  cuda_ok(cudaMemset(counters.ptr, 0, sizeof(int)), "memset");
-  cu::LmHeadParams lg;
-  lg.x = reinterpret_cast<const __nv_bfloat16*>(xn.ptr);
-  lg.w = reinterpret_cast<const __nv_bfloat16*>(dwr.ptr);
-  lg.logits = logits.ptr;
-  lg.n = 1;
-  lg.hidden = sh.hidden;
-  lg.vocab = sh.E;
-  cu::MoeRouterParams r;
-  r.logits = logits.ptr;
-  r.bias = rs_.with_bias ? dbias.ptr : nullptr;
-  r.n = 1;
-  r.experts = sh.E;
-  r.top_k = sh.top_k;
-  r.n_group = rs_.n_group;
-  r.topk_group = rs_.topk_group;
-  r.scoring = rs_.scoring;
-  r.method = rs_.method;
-  r.normalize = rs_.normalize;
-  r.routed_scaling = 2.5f;
-  r.topk_ids = ids.ptr;
-  r.topk_weights = wts.ptr;
-  r.margins = margin.ptr;
-  cu::RouterNormIn nin;
-  nin.residual = res.ptr;
-  nin.delta = reinterpret_cast<const __nv_bfloat16*>(delta.ptr);
-  nin.weight = dg.ptr;
-  nin.out = reinterpret_cast<__nv_bfloat16*>(xn.ptr);
-  nin.eps = 1e-6f;
-  for (int c = 0; c < calls; ++c) {
-    std::vector<float> rh(sh.hidden);
-    for (auto& v : rh) v = rng.uniform(-3.f, 3.f);
-    res.upload(rh);
-    delta.upload(rng.bf16(sh.hidden));
-    std::vector<uint16_t> got_x[2], got_out[2];
-    std::vector<float> got_logits[2], got_w[2], got_margin[2];
-    std::vector<int> got_ids[2];
-    for (int path = 0; path < 2; ++path) {  // router inside the FFN launch, the router's own launch
-      rs::kern::set_router_in_ffn(path == 0);
-      xn.poison();
-      out.poison();
-      const bool inside = cu::moe_router_experts(f.experts, lg, r, nin, reinterpret_cast<__nv_bfloat16*>(out.ptr),
-                                                 {ws.ptr, ws_bytes}, nullptr);
-      CHECK(inside == (path == 0));
-      if (!inside) {
-        cu::launch_moe_router_fused(lg, r, counters.ptr, nullptr, &nin);
-        cu::moe_experts(f.experts, reinterpret_cast<const __nv_bfloat16*>(xn.ptr), 1, sh.top_k, ids.ptr, wts.ptr,
-                        reinterpret_cast<__nv_bfloat16*>(out.ptr), {ws.ptr, ws_bytes}, nullptr);
-      }
-      cuda_ok(cudaDeviceSynchronize(), "router + experts");
-      got_x[path] = xn.download();
-      got_out[path] = out.download();
-      got_logits[path] = logits.download();
-      got_w[path] = wts.download();
-      got_margin[path] = margin.download();
-      got_ids[path] = ids.download();
-    }
-    rs::kern::set_router_in_ffn(true);
-    CHECK(res.download() == rh);  // the residual is left to the next add + RMSNorm
-    const auto st = relative_error(got_out[0], f.reference(1, got_x[0], got_ids[0], got_w[0]));
-    INFO("hidden=" << sh.hidden << " E=" << sh.E << " top_k=" << sh.top_k << " n_shared=" << sh.n_shared << " call "
-                   << c << " rel=" << st.rel);
-    CHECK(st.nan == 0);
-    CHECK(st.rel <= kTolerance);
-    CHECK(got_x[0] == got_x[1]);
-    CHECK(got_logits[0] == got_logits[1]);
-    CHECK(got_ids[0] == got_ids[1]);
-    CHECK(got_w[0] == got_w[1]);
-    CHECK(got_margin[0] == got_margin[1]);
-    CHECK(got_out[0] == got_out[1]);
-  }
-}
-
 TEST_CASE("streaming expert kernels (one token: the whole FFN, or gate_up) give the register kernels' bits and match the fp64 reference") {
   if (skip_without_gpu("streaming experts")) return;
   uint64_t seed = 9600;
@@ -351,17 +251,5 @@ TEST_CASE("streaming expert kernels (one token: the whole FFN, or gate_up) give 
   }
   // A grid of 64 blocks (inter 64), fewer than the SMs.
   compare_stream_paths(WeightType::BF16, {12, 272, 64, 4, 2}, seed++, false, 3);
-}
-TEST_CASE("the router inside the streaming FFN launch gives the router's and the experts' bits") {
-  if (skip_without_gpu("router inside the FFN")) return;
-  using cu_s = rs::cuda::RouterScoring;
-  using cu_t = rs::cuda::RouterTopk;
-  // V2-Lite's router (softmax, greedy top-6 of 64, no normalisation; 16 experts keep the host
-  // reference small) with its expert rows, and a V3-style one (sigmoid, grouped, bias,
-  // normalised) on small rows with one shared expert.
-  compare_router_inside({16, 2048, 1408, 6, 2}, {cu_s::Softmax, cu_t::Greedy, 1, 1, false, false}, 9700, 3);
-  compare_router_inside({16, 272, 176, 4, 1}, {cu_s::Sigmoid, cu_t::NoauxTc, 4, 2, true, true}, 9701, 3);
-  // More experts than blocks (two logits for some blocks) on a grid of 64 blocks (inter 64).
-  compare_router_inside({120, 272, 64, 6, 2}, {cu_s::Softmax, cu_t::GroupLimitedGreedy, 8, 3, false, false}, 9702, 2);
 }
 }

@@ -553,16 +553,6 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     nin.weight = L.post_norm;
     nin.out = xn_.get<__nv_bfloat16>();
     nin.eps = static_cast<float>(s.rms_norm_eps);
-    // One token: the router inside the experts' streaming launch where it takes them (bf16;
-    // docs/perf/cuda.md, eighth session); the shared experts must be folded in there too.
-    if (!rec_ && n == 1 && !(L.has_shared && ex.n_shared == 0)) {
-      RS_OP("add+rmsnorm + router + moe_experts (one launch)");
-      if (moe_router_experts(ex, lg, r, nin, mlp_out_.get<__nv_bfloat16>(), {moe_ws_.get(), moe_ws_.bytes()}, stream)) {
-        *d0 = mlp_out_.get<__nv_bfloat16>();
-        *d1 = nullptr;
-        return;
-      }
-    }
     RS_OP("add+rmsnorm + router logits + selection (fused)");
     if (rec_) rec_->router(lg, r, router_counters_.get<int>(), nin);
     // The 8-block cluster router (1-2 tokens) where the step gains from it (H200, V2-Lite,

@@ -628,20 +628,6 @@ void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int t
   check_launch("moe_experts (grouped gemm)");
 }
 
-bool moe_router_experts(const MoeExperts& experts, const LmHeadParams& lg, const MoeRouterParams& r,
-                        const RouterNormIn& norm, __nv_bfloat16* out, const MoeWorkspace& ws, cudaStream_t stream) {
-  check_experts(experts, r.top_k);
-  if (r.n != 1 || !out || !ws.ptr || !norm.out || !aligned16(out) || !aligned16(ws.ptr) || !aligned16(norm.out))
-    return false;
-  if (!kern::expert_decode() || !expert_decode_small(experts, 1)) return false;
-  if (experts.n_shared != 0 && !moe_can_fuse_shared(experts, 1)) return false;
-  const kern::ExpertGemvParams p =
-      expert_gemv_params(experts, norm.out, 1, r.top_k, r.topk_ids, r.topk_weights, out, ws, experts.n_shared);
-  if (!kern::launch_expert_decode_routed(p, {lg, r, norm}, sm_count(), stream)) return false;
-  check_launch("moe router + experts (streaming)");
-  return true;
-}
-
 void validate_moe_experts(const MoeExperts& e) {
   check_experts(e, 1);
   const char* names[3] = {"gate", "up", "down"};

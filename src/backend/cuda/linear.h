@@ -8,8 +8,6 @@
 
 #include "kernels/ops/linear_params.h"
 #include "kernels/ops/matmul_launch.h"
-#include "kernels/ops/lm_head_params.h"
-#include "kernels/ops/moe_router_params.h"
 #include "kernels/ops/rmsnorm_params.h"
 
 namespace rs::cuda {
@@ -55,14 +53,6 @@ size_t moe_workspace_bytes(int m_max, int top_k, const MoeExperts& experts);
 void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
                  const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
                  const MoeWorkspace& ws, cudaStream_t stream);
-
-// One token's router (post-attention add + RMSNorm, logits, selection: launch_moe_router_fused's
-// parameters with its norm, r.n == 1) and experts (shared ones folded in as set) in one launch,
-// where the streaming FFN takes them (bf16 experts; kern::launch_expert_decode_routed). Writes
-// what both would: norm.out, lg.logits, r.topk_ids / topk_weights / margins, and out. false:
-// nothing launched; run the router and moe_experts() instead.
-bool moe_router_experts(const MoeExperts& experts, const LmHeadParams& lg, const MoeRouterParams& r,
-                        const RouterNormIn& norm, __nv_bfloat16* out, const MoeWorkspace& ws, cudaStream_t stream);
 
 // Whether moe_experts() can run the shared experts set in `experts` (MoeExperts::n_shared,
 // shared_gate/up/down) inside its own kernels for m tokens: then one call gives routed + shared
