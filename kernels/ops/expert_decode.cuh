@@ -68,11 +68,20 @@ __device__ __forceinline__ uint32_t small_slot_tokens(const ExpertGemvParams& p,
 // The exponent e for a vector whose largest magnitude is amax: amax 2^-e in [4, 8) (0: e = 0).
 __device__ __forceinline__ int f16_stage_exponent(float amax) { return amax > 0.f ? ilogbf(amax) - 2 : 0; }
 
+// 16 bytes of x: through the non-coherent path, or (kCoherent) from L2 for x that other blocks
+// of the same launch wrote (the one-launch FFN's h, expert_stream_ffn.cuh).
+template <bool kCoherent>
+__device__ __forceinline__ uint4 ld_x16(const __nv_bfloat16* x) {
+  if constexpr (kCoherent) return __ldcg(reinterpret_cast<const uint4*>(x));
+  else return ld_cached16(x);
+}
+
 // xs[i] = x[i] 2^-e as f16, shared by `threads` threads of which this is `tid`.
+template <bool kCoherent = false>
 __device__ __forceinline__ void stage_f16(const __nv_bfloat16* x, int n, int e, __half* xs, int tid, int threads) {
   for (int i = tid * 8; i < n; i += threads * 8) {
     float f[8];
-    rs::cuda::bf16x8_to_float(ld_cached16(x + i), f);
+    rs::cuda::bf16x8_to_float(ld_x16<kCoherent>(x + i), f);
     __half2 h[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(ldexpf(f[2 * k], -e), ldexpf(f[2 * k + 1], -e));
@@ -80,11 +89,12 @@ __device__ __forceinline__ void stage_f16(const __nv_bfloat16* x, int n, int e, 
   }
 }
 
+template <bool kCoherent = false>
 __device__ __forceinline__ float amax_bf16(const __nv_bfloat16* x, int n, int tid, int threads) {
   float m = 0.f;
   for (int i = tid * 8; i < n; i += threads * 8) {
     float f[8];
-    rs::cuda::bf16x8_to_float(ld_cached16(x + i), f);
+    rs::cuda::bf16x8_to_float(ld_x16<kCoherent>(x + i), f);
 #pragma unroll
     for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
   }

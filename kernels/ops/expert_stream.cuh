@@ -4,7 +4,8 @@
 // (kernels/common/bulk_copy.cuh): one producer lane issues the copies, sixteen consumer warps do
 // the dot products. This file holds the gate_up pieces; the op (expert_stream_ffn.cuh) runs them
 // alone (then the register down kernel of expert_decode.cuh) or goes on to the down projection in
-// the same launch (bf16 by default).//
+// the same launch (bf16 by default).
+//
 // Why: the register kernel keeps at most one item's weights in flight per warp, and a warp waits
 // out the whole memory latency before computing that item and loading the next. Here the copies
 // stay in flight while the consumers compute (a ring of ~200 KB an SM), and the copies of the
@@ -120,6 +121,13 @@ __device__ __forceinline__ void xs_issue_rows(uint8_t* smem, const ExpertStreamG
   }
 }
 
+// This consumer warp's first row of a stage whose rows are the block's rows k0, k0 + 1, ...: the
+// block's row k belongs to warp k % 16.
+__device__ __forceinline__ int xs_first_row(int k0) {
+  const int warp = threadIdx.x / 32;
+  return (warp - k0 % kXsConsumerWarps + kXsConsumerWarps) % kXsConsumerWarps;
+}
+
 // x into shared memory at act: bf16 as is; FP8 as f16 scaled by 2^-e (expert_decode.cuh's
 // staging). Returns 2^e (1 for bf16). Every thread of the block calls it; the caller syncs.
 template <bool kFp8>
@@ -145,10 +153,9 @@ __device__ __forceinline__ void xs_gate_up_rows(const ExpertGemvParams& p, const
                                                 int k0, const rs::cuda::DeviceMatrix (&m)[3], const uint8_t* act,
                                                 float x_scale, uint32_t row_bytes) {
   constexpr int E = chunk_elems<kFp8>();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31;
   const int64_t nch = p.experts.hidden / E;
-  for (int q = (warp - k0 % kXsConsumerWarps + kXsConsumerWarps) % kXsConsumerWarps; q < st.cnt;
-       q += kXsConsumerWarps) {
+  for (int q = xs_first_row(k0); q < st.cnt; q += kXsConsumerWarps) {
     const int row = st.r0 + q;
     const uint8_t* wg = stage + static_cast<size_t>(q) * row_bytes;
     const uint8_t* wu = stage + static_cast<size_t>(st.cnt + q) * row_bytes;

@@ -13,9 +13,9 @@
 // The grid-wide wait needs every block resident at once: one block an SM (the ring leaves no room
 // for a second) and no more blocks than SMs, checked on the host with the occupancy API. PDL
 // cannot break this: the next kernel launches only once every block of this grid has run
-// griddepcontrol.launch_dependents, i.e. is resident. Memory ordering is cooperative groups' grid
-// sync: each consumer's h stores, a named barrier of the consumer warps, thread 0's release add at
-// gpu scope; the waiter's acquire load, a named barrier, then h read with loads that bypass L1.
+// griddepcontrol.launch_dependents, i.e. is resident. The count and its memory ordering are
+// kernels/common/grid_count.cuh's, the CTA barriers being the consumer warps' named barrier; h is
+// then read with loads that bypass L1.
 // The two counters (arrivals, departures) are a device global: launches on one device must not
 // overlap (the step's chain runs them in order; a second stream running this kernel at the same
 // time would share them). The last block to pass the wait zeroes both for the next launch.
@@ -26,6 +26,7 @@
 // expert_decode.cuh, 8 warps, one token): slot s's lane partials, times its routing weight (and
 // for FP8 its h's power-of-two scale), extend the per-lane fma chain s % 8, and the row is the sum
 // over k = 0..7 of warp_sum(chain k) in that order. Both give the same bits.
+#include "kernels/common/grid_count.cuh"
 #include "kernels/ops/expert_stream.cuh"
 
 namespace rs::kern {
@@ -33,31 +34,10 @@ namespace rs::kern {
 constexpr int kXsDownChains = kGemvWarps;  // the register down kernel's warps: slot s -> warp s % 8
 constexpr int kXsDownRowsPerWarp = 4;      // at most 64 hidden rows a block
 constexpr int kXsSyncWords = 2;            // arrivals, departures
-constexpr int kXsMaxInter = 2048;          // FP8: a slot's h in registers of one warp (8 pieces a lane)
 
 // The consumer warps only (the producer may be blocked on the ring): named barrier 1.
 __device__ __forceinline__ void xs_consumer_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kXsConsumerWarps * 32) : "memory");
-}
-
-__device__ __forceinline__ unsigned xs_load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Bounded like every spin-wait of the project (bulk_copy.cuh): a block that never arrives would
-// otherwise hang the step silently.
-static __device__ __noinline__ void xs_grid_wait(const unsigned* arrivals, unsigned target) {
-  const uint64_t start = global_time_ns();
-  for (uint32_t spin = 1;; ++spin) {
-    if (xs_load_acquire(arrivals) >= target) return;
-    if ((spin & 255u) == 0u && global_time_ns() - start > kMbarTimeoutNs) {
-      printf("rackserve: expert FFN block %d waited for %u gate_up blocks, saw %u after %llu ms; trapping\n",
-             blockIdx.x, target, xs_load_acquire(arrivals), static_cast<unsigned long long>(kMbarTimeoutNs / 1000000));
-      __trap();
-    }
-  }
 }
 
 // Every slot's h into shared memory at act after the grid-wide wait (consumer threads): bf16 as
@@ -69,33 +49,10 @@ __device__ __forceinline__ void xs_stage_h(const ExpertGemvParams& p, int slots,
   const int inter = p.experts.inter;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31;
   if constexpr (kFp8) {
-    // One pass: the lane's pieces stay in registers between the maximum and the conversion.
     for (int s = warp; s < slots; s += kXsConsumerWarps) {
       const __nv_bfloat16* h = p.h + static_cast<int64_t>(s) * inter;
-      uint4 v[kXsMaxInter / 256];
-      float m = 0.f;
-#pragma unroll
-      for (int k = 0; k < kXsMaxInter / 256; ++k) {
-        const int i = (lane + 32 * k) * 8;
-        v[k] = i < inter ? __ldcg(reinterpret_cast<const uint4*>(h + i)) : make_uint4(0, 0, 0, 0);
-        float f[8];
-        rs::cuda::bf16x8_to_float(v[k], f);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(f[j]));
-      }
-      const int e = f16_stage_exponent(rs::cuda::warp_max(m));
-      __half* dst = reinterpret_cast<__half*>(act) + static_cast<int64_t>(s) * inter;
-#pragma unroll
-      for (int k = 0; k < kXsMaxInter / 256; ++k) {
-        const int i = (lane + 32 * k) * 8;
-        if (i >= inter) break;
-        float f[8];
-        rs::cuda::bf16x8_to_float(v[k], f);
-        __half2 hv[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) hv[j] = __floats2half2_rn(ldexpf(f[2 * j], -e), ldexpf(f[2 * j + 1], -e));
-        *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(hv);
-      }
+      const int e = f16_stage_exponent(rs::cuda::warp_max(amax_bf16<true>(h, inter, lane, 32)));
+      stage_f16<true>(h, inter, e, reinterpret_cast<__half*>(act) + static_cast<int64_t>(s) * inter, lane, 32);
       if (lane == 0) h_scale[s] = ldexpf(1.f, e);
     }
   } else {
@@ -112,14 +69,13 @@ __device__ __forceinline__ void xs_down_rows(const ExpertGemvParams& p, const ui
                                              int d_lo, const rs::cuda::DeviceMatrix& m, const uint8_t* act,
                                              float wt, uint32_t row_bytes, float (&acc)[kXsDownRowsPerWarp][kXsDownChains]) {
   constexpr int E = chunk_elems<kFp8>();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31;
   const int inter = p.experts.inter;
   const int64_t nch = inter / E;
   const int k0 = st.r0 - d_lo;  // the stage's first row, local to the block
   const int chain = st.slot % kXsDownChains;
   const uint8_t* hs = act + static_cast<size_t>(st.slot) * inter * 2;  // bf16, or f16 for FP8
-  for (int q = (warp - k0 % kXsConsumerWarps + kXsConsumerWarps) % kXsConsumerWarps; q < st.cnt;
-       q += kXsConsumerWarps) {
+  for (int q = xs_first_row(k0); q < st.cnt; q += kXsConsumerWarps) {
     const uint4* w = reinterpret_cast<const uint4*>(stage + static_cast<size_t>(q) * row_bytes);
     float part = 0.f;
     if constexpr (kFp8) {
@@ -222,8 +178,8 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   // Every block's h, then this block's down rows.
   xs_consumer_sync();
   if (threadIdx.x == 0) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
-    xs_grid_wait(sync, gridDim.x);
+    grid_count_arrive(sync);
+    grid_count_wait(sync, gridDim.x, "expert FFN, every block's h", -1);
     if (atomicAdd(sync + 1, 1u) == gridDim.x - 1) {  // every block is past the wait: reset for the next launch
       sync[0] = 0u;
       sync[1] = 0u;

@@ -2,10 +2,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <utility>
 
 #include "kernels/common/carveout.h"
+#include "kernels/common/env_int.h"
 #include "kernels/common/sm_count.h"
 #include "kernels/common/smem_optin.h"
 #include "kernels/ops/expert_decode.cuh"
@@ -23,21 +23,7 @@ namespace {
 
 // RS_EXPERT_DECODE=0 starts a process with the earlier expert kernels (A/B runs of whole
 // forward steps from one binary); set_expert_decode() switches at run time.
-bool expert_decode_default() {
-  const char* v = std::getenv("RS_EXPERT_DECODE");
-  return !(v && v[0] == '0');
-}
-bool g_expert_decode = expert_decode_default();
-
-// Integer from the environment, the fallback when unset or out of [lo, hi].
-int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < lo || x > hi) return fallback;
-  return static_cast<int>(x);
-}
+bool g_expert_decode = env_int("RS_EXPERT_DECODE", 1, 0, 1) == 1;
 
 // One and two tokens fit 2 blocks of 256 threads per SM (<= 128 registers); more tokens hold
 // more partial sums and get one.
@@ -110,12 +96,10 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsi
   constexpr int U = kFp8 ? 4 : 8, UD = kFp8 ? 3 : 6;
   auto* gate_up = expert_decode_gate_up_kernel<kFp8, MT, U, RP, kF16>;
   auto* down = expert_decode_down_kernel<kFp8, MT, UD, DR, kF16>;
-  // Without dynamic shared memory the occupancy is the kernel's own, asked once; with it (f16
-  // activations) it depends on the model's widths, so it is asked for each launch's bytes.
+  // The occupancy depends on the dynamic shared memory (f16 activations: the model's widths).
   if (which & 1u) {
     (void)allow_dynamic_smem(gate_up, static_cast<int>(smem_gu));  // a refusal shows as the launch's error
-    static const int occ0 = resident_blocks_per_sm(gate_up, kGemvThreads);
-    const int occ = smem_gu ? resident_blocks_per_sm(gate_up, kGemvThreads, smem_gu) : occ0;
+    const int occ = resident_blocks_per_sm(gate_up, kGemvThreads, smem_gu);
     const int64_t slots = p.experts.n_shared + std::min(p.experts.num_experts, p.m * p.top_k);
     const int64_t items = slots * ((p.experts.inter + RP - 1) / RP);
     const int64_t blocks = (items + kGemvWarps - 1) / kGemvWarps;
@@ -125,8 +109,7 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsi
   }
   if (which & 2u) {
     (void)allow_dynamic_smem(down, static_cast<int>(smem_d));
-    static const int occ0 = resident_blocks_per_sm(down, kGemvThreads);
-    const int occ = smem_d ? resident_blocks_per_sm(down, kGemvThreads, smem_d) : occ0;
+    const int occ = resident_blocks_per_sm(down, kGemvThreads, smem_d);
     const int64_t groups = (p.experts.hidden + DR - 1) / DR;
     const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(sm_count) * occ)));
     apply_carveout(down, "experts");
@@ -181,7 +164,7 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   g.smem_bytes = g.act_offset + act_bytes;
   g.prewait_stages = static_cast<int>(std::max<uint32_t>(1u, kXsPrewaitBytes / g.stage_bytes));
   g.down_rows_per_stage = ffn ? static_cast<int>(g.stage_bytes / (inter * esize)) : 0;
-  if (ffn && (g.down_rows_per_stage < 1 || inter > kXsMaxInter)) return false;
+  if (ffn && g.down_rows_per_stage < 1) return false;
   return true;
 }
 
@@ -212,12 +195,7 @@ bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStrea
   if (rows_per_block > kXsConsumerWarps * kXsDownRowsPerWarp) return false;
   auto* ffn = expert_stream_ffn_kernel<kFp8>;
   if (!allow_dynamic_smem(ffn, static_cast<int>(g.smem_bytes))) return false;
-  int resident = 0;  // the grid-wide wait needs one resident block an SM, asked of the driver itself
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, ffn, kXsThreads, g.smem_bytes) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  if (resident < 1) return false;
+  if (resident_blocks_exact(ffn, kXsThreads, g.smem_bytes) < 1) return false;  // the grid-wide wait needs one an SM
   launch_pdl(ffn, dim3(grid), dim3(kXsThreads), g.smem_bytes, s, p, g);
   return true;
 }

@@ -1,10 +1,9 @@
 #include "kernels/common/carveout.h"
+#include "kernels/common/env_int.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/moe_router.cuh"
 #include "kernels/ops/moe_router_cluster.cuh"
-
-#include <cstdlib>
 
 // Launched with programmatic stream serialization (kern::launch_pdl): each kernel waits for its
 // predecessor before touching memory, then lets its successor get scheduled early.
@@ -33,11 +32,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_cluster_kernel(cons
 namespace {
 // RS_ROUTER_CLUSTER=0: the 64-block fused router where the cluster one applies (A/B runs);
 // set_router_cluster() switches at run time.
-bool router_cluster_default() {
-  const char* v = std::getenv("RS_ROUTER_CLUSTER");
-  return !(v && v[0] == '0');
-}
-bool g_router_cluster = router_cluster_default();
+bool g_router_cluster = kern::env_int("RS_ROUTER_CLUSTER", 1, 0, 1) == 1;
 template <int V>
 void launch_router_cluster(const LmHeadParams& lg, const MoeRouterParams& p, size_t smem, cudaStream_t stream,
                            const RouterNormIn& norm) {
