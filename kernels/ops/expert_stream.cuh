@@ -49,6 +49,9 @@ struct XsSlotMatrices {
 // The first `parts` matrices (gate, up[, down]) of slots [first, last) into shared memory: shared
 // experts' views come from the parameters (known before the wait), routed experts' from the
 // device arrays (after the routing). Ends with __syncthreads.
+// (Every routed expert's pointers loaded into shared memory before the wait, to save this load's
+// round trip after the routing, made the step slower: H200, V2-Lite bf16, 2.08-2.12 against
+// 2.06-2.08 ms, 2026-11-30.)
 __device__ __forceinline__ void xs_slot_matrices(const ExpertGemvParams& p, const SmallRouting& sr, int first,
                                                  int last, int parts, rs::cuda::DeviceMatrix (*mats)[3]) {
   const int ns = p.experts.n_shared;

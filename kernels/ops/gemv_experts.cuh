@@ -78,8 +78,12 @@ __device__ __forceinline__ void small_routing(const ExpertGemvParams& p, SmallRo
   }
   __syncthreads();
   int e = -1;
+  float wt = 0.f;
   if (threadIdx.x < n) {
-    e = p.topk_ids[threadIdx.x];  // plain loads: the decode megakernel's router wrote them in the same launch
+    // Plain loads: the decode megakernel's router wrote them in the same launch. The weight is
+    // loaded with the id, in the same round trip to L2, not after the barrier below.
+    e = p.topk_ids[threadIdx.x];
+    wt = p.topk_weights[threadIdx.x];
     if (e >= 0 && e < E) atomicOr(&sr.mask[e >> 5], 1u << (e & 31));
     else e = -1;
   }
@@ -90,7 +94,7 @@ __device__ __forceinline__ void small_routing(const ExpertGemvParams& p, SmallRo
     const int t = threadIdx.x / p.top_k;
     sr.expert[a] = e;
     atomicOr(&sr.tokens[a], 1u << t);
-    atomicAdd(&sr.weight[t][a], p.topk_weights[threadIdx.x]);
+    atomicAdd(&sr.weight[t][a], wt);
   }
   if (threadIdx.x == 0) {
     int c = 0;
