@@ -235,6 +235,110 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
   }
 }
 
+// One token's FFN and the next layer's input add + RMSNorm + grouped GEMV in one launch
+// (moe_experts_then_group, expert_stream_tail.cuh) against the two launches it replaces (the
+// one-launch FFN, then linear_group with the norm prologue on the streaming GEMV): the same bits
+// in every output (the experts' out, the GEMV's outputs, the updated residual, the normed x),
+// `calls` calls in a row with new routing, x and residual each. tail_rows: the jobs' rows (fewer
+// than the grid leaves blocks without a tail row).
+void compare_ffn_tail(WeightType type, Shape sh, std::vector<int> tail_rows, uint64_t seed, int calls) {
+  Rng rng(seed);
+  const Experts f(type, sh, rng);
+  const int H = sh.hidden;
+  const size_t ws_bytes = rs::cuda::moe_workspace_bytes(1, sh.top_k, f.experts);
+  DeviceBuf<uint8_t> ws(ws_bytes);
+  DeviceBuf<uint16_t> x(H), out(H), attn(H), xn(H);
+  DeviceBuf<float> residual(H), norm_w(H);
+  DeviceBuf<int> dids(sh.top_k);
+  DeviceBuf<float> dw(sh.top_k);
+  std::vector<std::unique_ptr<TestMatrix>> mats;
+  std::vector<std::unique_ptr<DeviceBuf<uint16_t>>> ys;
+  std::vector<rs::cuda::LinearJob> jobs;
+  for (int r : tail_rows) {
+    mats.push_back(std::make_unique<TestMatrix>(type, r, H, rng, Fp8ScaleRange{0.01f, 0.1f}));
+    ys.push_back(std::make_unique<DeviceBuf<uint16_t>>(size_t(r)));
+    jobs.push_back({mats.back()->dm, reinterpret_cast<__nv_bfloat16*>(ys.back()->ptr)});
+  }
+  std::vector<float> wn(H);
+  for (auto& v : wn) v = rng.uniform(0.5f, 1.5f);
+  norm_w.upload(wn);
+  const DeviceBuf<uint8_t> lws(rs::cuda::linear_workspace_bytes(1, 4096, H));
+  const int ffn_mode = rs::kern::expert_ffn();
+  const bool ffn_gemv = rs::kern::expert_ffn_gemv();
+  const unsigned stream_uses = rs::kern::gemv_stream_uses();
+  rs::kern::set_expert_ffn(2);
+  rs::kern::set_expert_ffn_gemv(true);
+  rs::kern::set_gemv_stream_uses(rs::kern::kGemvStreamAll);
+  for (int c = 0; c < calls; ++c) {
+    std::vector<int> ids;
+    std::vector<float> w;
+    f.route(1, rng, ids, w, false);
+    const auto xh = rng.bf16(H);
+    x.upload(xh);
+    attn.upload(rng.bf16(H));
+    dids.upload(ids);
+    dw.upload(w);
+    std::vector<float> res0(H);
+    for (auto& v : res0) v = rng.uniform(-4.f, 4.f);
+    rs::cuda::AddRmsNormParams norm;
+    norm.residual = residual.ptr;
+    norm.delta0 = reinterpret_cast<const __nv_bfloat16*>(attn.ptr);
+    norm.delta1 = reinterpret_cast<const __nv_bfloat16*>(out.ptr);
+    norm.weight = norm_w.ptr;
+    norm.out = reinterpret_cast<__nv_bfloat16*>(xn.ptr);
+    norm.n = 1;
+    norm.hidden = H;
+    norm.eps = 1e-6f;
+    std::vector<std::vector<uint16_t>> got[2];
+    std::vector<float> res_got[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      residual.upload(res0);
+      out.poison();
+      xn.poison();
+      for (auto& y : ys) y->poison();
+      const auto* xp = reinterpret_cast<const __nv_bfloat16*>(x.ptr);
+      auto* op = reinterpret_cast<__nv_bfloat16*>(out.ptr);
+      if (fused) {
+        REQUIRE(rs::cuda::moe_experts_then_group(f.experts, xp, 1, sh.top_k, dids.ptr, dw.ptr, op, {ws.ptr, ws_bytes},
+                                                 jobs.data(), int(jobs.size()), norm, nullptr));
+      } else {
+        const uint64_t before = rs::kern::gemv_stream_launches();
+        rs::cuda::moe_experts(f.experts, xp, 1, sh.top_k, dids.ptr, dw.ptr, op, {ws.ptr, ws_bytes}, nullptr);
+        rs::cuda::linear_group(jobs.data(), int(jobs.size()), norm.out, 1, {lws.ptr, lws.n}, nullptr, &norm);
+        REQUIRE(rs::kern::gemv_stream_launches() == before + 1);  // the streaming GEMV's arithmetic
+      }
+      cuda_ok(cudaDeviceSynchronize(), fused ? "experts + group, one launch" : "experts, then group");
+      got[fused].push_back(out.download());
+      got[fused].push_back(xn.download());
+      for (auto& y : ys) got[fused].push_back(y->download());
+      res_got[fused] = residual.download();
+    }
+    INFO((type == WeightType::BF16 ? "bf16" : "fp8") << " hidden=" << H << " inter=" << sh.inter << " call " << c);
+    const auto st = relative_error(got[1][0], f.reference(1, xh, ids, w));
+    CHECK(st.nan == 0);
+    CHECK(st.rel <= kTolerance);
+    for (size_t k = 0; k < got[0].size(); ++k) {
+      INFO("output " << k << " (0: experts, 1: normed x, 2..: the group's jobs)");
+      CHECK(got[1][k] == got[0][k]);
+      CHECK(std::none_of(got[1][k].begin(), got[1][k].end(), [](uint16_t b) { return b == 0xffff; }));
+    }
+    CHECK(res_got[1] == res_got[0]);
+    CHECK(res_got[1] != res0);
+  }
+  rs::kern::set_expert_ffn(ffn_mode);
+  rs::kern::set_expert_ffn_gemv(ffn_gemv);
+  rs::kern::set_gemv_stream_uses(stream_uses);
+}
+
+TEST_CASE("one token's expert FFN and the next GEMV group in one launch give the two launches' bits") {
+  if (skip_without_gpu("expert FFN + GEMV tail")) return;
+  uint64_t seed = 9700;
+  for (WeightType type : {WeightType::BF16, WeightType::FP8_E4M3_BLOCK}) {
+    compare_ffn_tail(type, {8, 2048, 1408, 6, 2}, {3072, 576}, seed++, 3);  // V2-Lite: q_proj, kv_a
+    compare_ffn_tail(type, {12, 272, type == WeightType::BF16 ? 176 : 256, 4, 2}, {30, 10}, seed++, 2);
+  }
+}
+
 TEST_CASE("streaming expert kernels (one token: the whole FFN, or gate_up) give the register kernels' bits and match the fp64 reference") {
   if (skip_without_gpu("streaming experts")) return;
   uint64_t seed = 9600;
