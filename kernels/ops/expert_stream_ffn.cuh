@@ -10,6 +10,11 @@
 // producer lane never stops: down's rows need no h, so they fill the ring while the consumers
 // finish gate_up and wait for the other blocks' h.
 //
+// The next layer's input norm and q/kv GEMV carried on in the same launch behind the down rows
+// (commit 03e02dd) measured level on the H200 and is not kept: the absorb kernel after it then could
+// not start beside it either, and a second grid-wide wait costs more than a PDL boundary (0.63 us
+// against 1.5-2.3 us for a flag handoff, `rackserve bench boundary`).
+//
 // The grid-wide wait needs every block resident at once: one block an SM (the ring leaves no room
 // for a second) and no more blocks than SMs, checked on the host with the occupancy API. PDL
 // cannot break this: the next kernel launches only once every block of this grid has run
@@ -26,33 +31,18 @@
 // expert_decode.cuh, 8 warps, one token): slot s's lane partials, times its routing weight (and
 // for FP8 its h's power-of-two scale), extend the per-lane fma chain s % 8, and the row is the sum
 // over k = 0..7 of warp_sum(chain k) in that order. Both give the same bits.
-//
-// kTail: the launch goes on with the next layer's input norm and q/kv GEMV (expert_stream_tail.cuh):
-// their rows follow the down rows through the ring, and a second grid-wide wait (every block's
-// down rows written) comes before the norm.
 #include "kernels/common/grid_count.cuh"
 #include "kernels/ops/expert_stream.cuh"
-#include "kernels/ops/expert_stream_tail.cuh"
 
 namespace rs::kern {
 
 constexpr int kXsDownChains = kGemvWarps;  // the register down kernel's warps: slot s -> warp s % 8
 constexpr int kXsDownRowsPerWarp = 4;      // at most 64 hidden rows a block
-constexpr int kXsSyncWords = 4;            // arrivals, departures: the wait for h, the wait for out
+constexpr int kXsSyncWords = 2;            // arrivals, departures
 
-// Consumer threads: every block of the grid past this point (words w[0] arrivals, w[1]
-// departures; the last block out zeroes both for the next launch).
-__device__ __forceinline__ void xs_grid_wait(unsigned* w, const char* what) {
-  xs_consumer_sync();
-  if (threadIdx.x == 0) {
-    grid_count_arrive(w);
-    grid_count_wait(w, gridDim.x, what, -1);
-    if (atomicAdd(w + 1, 1u) == gridDim.x - 1) {
-      w[0] = 0u;
-      w[1] = 0u;
-    }
-  }
-  xs_consumer_sync();
+// The consumer warps only (the producer may be blocked on the ring): named barrier 1.
+__device__ __forceinline__ void xs_consumer_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kXsConsumerWarps * 32) : "memory");
 }
 
 // Every slot's h into shared memory at act after the grid-wide wait (consumer threads): bf16 as
@@ -118,10 +108,9 @@ __device__ __forceinline__ void xs_down_rows(const ExpertGemvParams& p, const ui
 // One token. kDown: out = sum over slots of weight * down_slot(h_slot), sync being kXsSyncWords
 // zeroed counters (see the top of the file); otherwise only h[slot] = silu(gate_slot . x) *
 // (up_slot . x), for the register down kernel (sync unused).
-template <bool kFp8, int S, bool kDown, bool kTail = false>
+template <bool kFp8, int S, bool kDown>
 __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, const ExpertStreamGeom& g, uint8_t* smem,
-                                                 unsigned* sync, const DenseGemvParams* tail = nullptr) {
-  static_assert(kDown || !kTail, "the tail follows the down rows");
+                                                 unsigned* sync) {
   __shared__ BulkRing<S> ring;
   __shared__ SmallRouting sr;
   __shared__ XsSlotMatrices mats_smem;
@@ -135,22 +124,15 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   const uint32_t d_row_bytes = static_cast<uint32_t>(inter) * (kFp8 ? 1u : 2u);
   const XsRows gu = xs_rows(inter, g.rows_per_stage, g.slots);
   const XsRows dn = kDown ? xs_rows(hidden, g.down_rows_per_stage, g.slots) : XsRows{};
-  const XsRows tl = kTail ? xs_rows(g.tail_rows, g.tail_rows_per_stage, 1) : XsRows{};
-  const uint32_t n_stages = gu.stages + dn.stages + tl.stages;
+  const uint32_t n_stages = gu.stages + dn.stages;
 
   if (threadIdx.x == 0) ring.init(kXsConsumerWarps);
   constexpr int kParts = kDown ? 3 : 2;
   xs_slot_matrices(p, sr, 0, ns, kParts, mats);  // __syncthreads: the ring's init is visible too
   pdl_launch_dependents();
   const uint64_t policy = l2_evict_first();
-  // Ring use i: gate_up stage i, then down stage i - gu.stages, then the tail's.
+  // Ring use i: gate_up stage i, then down stage i - gu.stages.
   auto issue = [&](uint32_t i, bool routed) {
-    if constexpr (kTail) {
-      if (i >= gu.stages + dn.stages) {
-        xs_issue_tail<S>(*tail, g, smem, ring, i, xs_stage(i - gu.stages - dn.stages, tl), policy);
-        return;
-      }
-    }
     if (i < gu.stages) {
       const XsStage st = xs_stage(i, gu);
       xs_issue_rows<kFp8, S>(smem, g, ring, i, st, !routed || xs_slot_active(p, sr, st.slot), &mats[st.slot][kPartGate],
@@ -206,7 +188,16 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
 
   if constexpr (!kDown) return;
   // Every block's h, then this block's down rows.
-  xs_grid_wait(sync, "expert FFN, every block's h");
+  xs_consumer_sync();
+  if (threadIdx.x == 0) {
+    grid_count_arrive(sync);
+    grid_count_wait(sync, gridDim.x, "expert FFN, every block's h", -1);
+    if (atomicAdd(sync + 1, 1u) == gridDim.x - 1) {  // every block is past the wait: reset for the next launch
+      sync[0] = 0u;
+      sync[1] = 0u;
+    }
+  }
+  xs_consumer_sync();
   const int slots = ns + sr.n_active;
   xs_stage_h<kFp8>(p, slots, smem + g.act_offset, h_scale);  // x is dead: h takes its place
   xs_consumer_sync();
@@ -216,7 +207,7 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   for (int j = 0; j < kXsDownRowsPerWarp; ++j)
 #pragma unroll
     for (int k = 0; k < kXsDownChains; ++k) acc[j][k] = 0.f;
-  for (uint32_t i = gu.stages; i < gu.stages + dn.stages; ++i) {
+  for (uint32_t i = gu.stages; i < n_stages; ++i) {
     const XsStage st = xs_stage(i - gu.stages, dn);
     ring.wait_full(i);
     if (xs_slot_active(p, sr, st.slot)) {
@@ -235,26 +226,6 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
 #pragma unroll
     for (int c = 0; c < kXsDownChains; ++c) v += warp_sum(acc[j][c]);  // fixed order
     if (lane == 0) p.out[dn.lo + k] = __float2bfloat16_rn(v);
-  }
-
-  if constexpr (kTail) {
-    // Every block's down rows (a delta of the norm), then the norm into the shared memory h held,
-    // then this block's tail rows, already in the ring.
-    xs_grid_wait(sync + 2, "expert FFN, every block's output");
-    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + g.act_offset);
-    float4 v[kXsNormChunks];
-    const unsigned ticket = xs_tail_norm(*tail, xs, v);
-    int k0t = 0;
-    for (uint32_t i = gu.stages + dn.stages; i < n_stages; ++i) {
-      const XsStage st = xs_stage(i - gu.stages - dn.stages, tl);
-      ring.wait_full(i);
-      xs_tail_rows<kFp8>(*tail, smem + static_cast<size_t>(ring.stage(i)) * g.stage_bytes, st, k0t, xs,
-                         g.tail_row_bytes);
-      k0t += st.cnt;
-      __syncwarp();
-      if (lane == 0) ring.release(i);
-    }
-    xs_tail_norm_epilogue(*tail, xs, ticket, v);
   }
 }
 

@@ -19,10 +19,6 @@ struct ExpertStreamGeom {
   // The whole FFN in one launch (expert_stream_ffn.cuh): down rows of one slot a stage; the
   // shared memory at act_offset holds x, then every slot's h.
   int down_rows_per_stage = 0;
-  // With the GEMV tail (expert_stream_tail.cuh): whole rows of the tail's jobs a stage.
-  int tail_rows_per_stage = 0;
-  int tail_rows = 0;            // rows of all the tail's jobs
-  uint32_t tail_row_bytes = 0;
 };
 
 }  // namespace rs::kern

@@ -183,21 +183,14 @@ __device__ __forceinline__ void gemv_store(float* y, int64_t i, float v) { y[i] 
 // memory and re-zeroes the counter: no block can read a residual another block already updated.
 // Runs after pdl_wait (residual and deltas come from predecessors). cols % 4 == 0 (the vector
 // path's % 8 holds).
-// kCoherent: loads that bypass L1 (ld.global.cg), for a prologue that runs after a grid-wide wait
-// inside the launch that wrote a delta (expert_stream_ffn.cuh's GEMV tail).
-template <bool kCoherent = false>
 __device__ __forceinline__ void gemv_norm_add(float4& v, const __nv_bfloat16* d, int64_t i) {
-  if (!d) return;
-  const uint2* q = reinterpret_cast<const uint2*>(d) + i;
-  rs::cuda::add_bf16x4(v, kCoherent ? __ldcg(q) : *q);
+  if (d) rs::cuda::add_bf16x4(v, reinterpret_cast<const uint2*>(d)[i]);
 }
-template <bool kCoherent = false>
 __device__ __forceinline__ float4 gemv_norm_row_chunk(const DenseGemvParams& p, int64_t off4, int64_t c) {
-  const float4* r = reinterpret_cast<const float4*>(p.norm_residual) + off4 + c;
-  float4 v = kCoherent ? __ldcg(r) : *r;
-  gemv_norm_add<kCoherent>(v, p.norm_delta[0], off4 + c);
-  gemv_norm_add<kCoherent>(v, p.norm_delta[1], off4 + c);
-  gemv_norm_add<kCoherent>(v, p.norm_delta[2], off4 + c);
+  float4 v = reinterpret_cast<const float4*>(p.norm_residual)[off4 + c];
+  gemv_norm_add(v, p.norm_delta[0], off4 + c);
+  gemv_norm_add(v, p.norm_delta[1], off4 + c);
+  gemv_norm_add(v, p.norm_delta[2], off4 + c);
   return v;
 }
 // Returns thread 0's ticket; the caller hands it to gemv_norm_epilogue after the products, so

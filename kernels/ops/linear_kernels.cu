@@ -118,8 +118,6 @@ int blocks_for(int64_t work_items, int items_per_block, int sm_count, int max_wa
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(need, int64_t(sm_count) * max_waves)));
 }
 
-}  // namespace
-
 // The norm prologue's counter on the current device (per host thread: ranks launch from their
 // own threads, so a shared cache would race); nullptr when it cannot be found.
 unsigned* gemv_norm_counter() {
@@ -132,8 +130,6 @@ unsigned* gemv_norm_counter() {
   }
   return counter[dev];
 }
-
-namespace {
 
 template <bool kFp8, int RPW, int MT, int U, bool kPdl, class OutT>
 bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {

@@ -103,9 +103,6 @@ bool launch_gemv_dense(const rs::cuda::DeviceMatrix& w, const __nv_bfloat16* x, 
 // looped), vector path only, out_fp32 with bf16 weights only; false (nothing launched) otherwise
 // or when the norm prologue's counter cannot be found. (gemv room, additive)
 bool launch_gemv_dense_jobs(DenseGemvParams p, int sm_count, cudaStream_t stream);
-// The GEMV norm prologue's last-block counter on the current device (DenseGemvParams::
-// norm_counter), for launchers outside linear_kernels.cu; nullptr when it cannot be found.
-unsigned* gemv_norm_counter();
 // The register GEMV's work split for p (jobs, w filled) with rows_per_warp rows a row group on
 // resident_blocks blocks of kGemvWarps warps: fills group_end and ks, returns the grid. Its
 // launcher and the decode megakernel's recorder share it.

@@ -63,14 +63,6 @@ __global__ void __launch_bounds__(kXsThreads, 1)
   extern __shared__ __align__(128) uint8_t xs_smem[];
   expert_stream_op<kFp8, kXsStages, true>(p, g, xs_smem, g_xs_sync);
 }
-// The FFN, then the next layer's input norm and q/kv GEMV (expert_stream_tail.cuh).
-template <bool kFp8>
-__global__ void __launch_bounds__(kXsThreads, 1)
-    expert_stream_ffn_tail_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g,
-                                  const __grid_constant__ DenseGemvParams t) {
-  extern __shared__ __align__(128) uint8_t xs_smem[];
-  expert_stream_op<kFp8, kXsStages, true, true>(p, g, xs_smem, g_xs_sync, &t);
-}
 __global__ void __launch_bounds__(kMaxExperts) expert_decode_group_kernel(ExpertGemmParams p) {
   pdl_launch_dependents();
   pdl_wait();
@@ -176,20 +168,10 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   return true;
 }
 
-// The geometry for `kernel`, where it fits one block an SM.
-template <class Kernel>
-bool stream_geometry_for(Kernel kernel, const rs::cuda::MoeExperts& experts, int m, int top_k, bool ffn,
-                         ExpertStreamGeom& g) {
-  return expert_stream_geometry(experts, m, top_k, g, ffn) &&
-         allow_dynamic_smem(kernel, static_cast<int>(g.smem_bytes)) &&
-         resident_blocks_exact(kernel, kXsThreads, g.smem_bytes) >= 1;
-}
-
 template <bool kFp8>
-void launch_expert_stream_gate_up(const ExpertGemvParams& p, ExpertStreamGeom g, int sm_count, cudaStream_t s) {
+void launch_expert_stream_gate_up(const ExpertGemvParams& p, const ExpertStreamGeom& g, int sm_count, cudaStream_t s) {
   auto* gate_up = expert_stream_gate_up_kernel<kFp8>;
-  if (!stream_geometry_for(gate_up, p.experts, p.m, p.top_k, false, g))  // a refusal shows as the launch's error
-    (void)allow_dynamic_smem(gate_up, static_cast<int>(g.smem_bytes));
+  (void)allow_dynamic_smem(gate_up, static_cast<int>(g.smem_bytes));  // a refusal shows as the launch's error
   launch_pdl(gate_up, dim3(std::min(sm_count, p.experts.inter)), dim3(kXsThreads), g.smem_bytes, s, p, g);
 }
 
@@ -207,48 +189,17 @@ int expert_ffn_grid(const rs::cuda::MoeExperts& experts, int sm_count) {
 template <bool kFp8>
 bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   ExpertStreamGeom g;
+  if (!expert_stream_geometry(p.experts, p.m, p.top_k, g, true)) return false;
   const int grid = expert_ffn_grid(p.experts, sm_count);
   const int rows_per_block = (p.experts.hidden + grid - 1) / grid;
   if (rows_per_block > kXsConsumerWarps * kXsDownRowsPerWarp) return false;
   auto* ffn = expert_stream_ffn_kernel<kFp8>;
-  if (!stream_geometry_for(ffn, p.experts, p.m, p.top_k, true, g)) return false;  // the grid-wide wait needs one an SM
+  if (!allow_dynamic_smem(ffn, static_cast<int>(g.smem_bytes))) return false;
+  if (resident_blocks_exact(ffn, kXsThreads, g.smem_bytes) < 1) return false;  // the grid-wide wait needs one an SM
   launch_pdl(ffn, dim3(grid), dim3(kXsThreads), g.smem_bytes, s, p, g);
   return true;
 }
 
-// The FFN with the GEMV tail where both fit (see launch_expert_ffn_then_gemv in
-// moe_decode_launch.h): the tail's jobs of the experts' type, one token, whole rows a ring stage,
-// the normed x where h was.
-template <bool kFp8>
-bool launch_expert_stream_ffn_tail(const ExpertGemvParams& p, DenseGemvParams t, int sm_count, cudaStream_t s) {
-  ExpertStreamGeom g;
-  auto* ffn = expert_stream_ffn_tail_kernel<kFp8>;
-  if (!stream_geometry_for(ffn, p.experts, p.m, p.top_k, true, g)) return false;  // the grid-wide waits
-  const int grid = expert_ffn_grid(p.experts, sm_count);
-  if ((p.experts.hidden + grid - 1) / grid > kXsConsumerWarps * kXsDownRowsPerWarp) return false;
-  if (t.m != 1 || t.jobs < 1 || t.jobs > kMaxGemvJobs || !t.norm_residual || !t.norm_out || !t.norm_weight) return false;
-  const rs::cuda::DeviceMatrix& w0 = t.w[0];
-  const int64_t cols = w0.cols, esize = kFp8 ? 1 : 2;
-  const int64_t act_bytes = int64_t(g.smem_bytes) - g.act_offset;
-  if (cols <= 0 || cols % (kFp8 ? 16 : 8) != 0 || cols > kGemvNormMaxElems || cols * 2 > act_bytes) return false;
-  int64_t rows = 0;
-  for (int j = 0; j < t.jobs; ++j) {
-    const rs::cuda::DeviceMatrix& w = t.w[j];
-    if (w.type != p.experts.type || w.cols != cols || w.rows <= 0 || !w.data || reinterpret_cast<uintptr_t>(w.data) % 16 ||
-        !t.y[j])
-      return false;
-    if (kFp8 && (!w.scale_inv || w.block_rows <= 0 || w.block_cols <= 0 || w.block_cols % 16 != 0)) return false;
-    t.group_end[j] = rows += w.rows;  // cumulative rows, as the streaming GEMV has them
-  }
-  g.tail_row_bytes = static_cast<uint32_t>(cols * esize);
-  g.tail_rows_per_stage = static_cast<int>(g.stage_bytes / g.tail_row_bytes);
-  g.tail_rows = static_cast<int>(rows);
-  if (g.tail_rows_per_stage < 1 || rows > (int64_t(1) << 30)) return false;
-  t.norm_counter = gemv_norm_counter();
-  if (!t.norm_counter) return false;
-  launch_pdl(ffn, dim3(grid), dim3(kXsThreads), g.smem_bytes, s, p, g, t);
-  return true;
-}
 
 // The register kernels' launches of `which`.
 template <bool kFp8, int MT>
@@ -296,19 +247,6 @@ bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k) 
   return g_expert_decode && g_expert_stream && expert_stream_geometry(experts, m, top_k, g);
 }
 bool expert_decode() { return g_expert_decode; }
-
-// RS_EXPERT_FFN_GEMV=0 starts a process with the FFN and the next q/kv GEMV as two launches.
-bool g_expert_ffn_gemv = env_int("RS_EXPERT_FFN_GEMV", 1, 0, 1) == 1;
-void set_expert_ffn_gemv(bool on) { g_expert_ffn_gemv = on; }
-bool expert_ffn_gemv() { return g_expert_ffn_gemv; }
-
-bool launch_expert_ffn_then_gemv(const ExpertGemvParams& p, const DenseGemvParams& t, int sm_count, cudaStream_t s) {
-  const bool fp8 = p.experts.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
-  if (!g_expert_decode || !g_expert_stream || !g_expert_ffn_gemv || g_expert_ffn < (fp8 ? 2 : 1) || p.m != 1)
-    return false;
-  return fp8 ? launch_expert_stream_ffn_tail<true>(p, t, sm_count, s)
-             : launch_expert_stream_ffn_tail<false>(p, t, sm_count, s);
-}
 
 void launch_expert_decode_small(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t s) {
   if (fp8) small_typed<true>(p, sm_count, s);

@@ -38,14 +38,4 @@ int expert_ffn();
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k);
 bool expert_decode();
 
-// One token's whole expert FFN (as launch_expert_decode_small runs it with the one-launch FFN on)
-// and then t, the next layer's grouped GEMV with its add + RMSNorm prologue (t.norm_* set as
-// linear_group sets them, one token; a delta may be p.out), in one launch
-// (expert_stream_tail.cuh): the GEMV's rows stream in behind the FFN's. Returns false, launching
-// nothing, where the kernels do not take the pair (then launch them apart). Default on;
-// environment RS_EXPERT_FFN_GEMV=0 starts off, set_expert_ffn_gemv switches.
-bool launch_expert_ffn_then_gemv(const ExpertGemvParams& p, const DenseGemvParams& t, int sm_count, cudaStream_t s);
-void set_expert_ffn_gemv(bool on);
-bool expert_ffn_gemv();
-
 }  // namespace rs::kern

@@ -340,32 +340,6 @@ void ForwardPass::dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloa
   linear_or_record(m.down, act_.get<__nv_bfloat16>(), n, out, lws, stream);
 }
 
-void ForwardPass::flush_experts(cudaStream_t stream) {
-  if (!pending_experts_.set) return;
-  pending_experts_.set = false;
-  const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
-  RS_OP(pending_experts_.ex.n_shared ? "moe_experts + shared" : "moe_experts");
-  moe_experts(pending_experts_.ex, pending_experts_.x, 1, spec_.num_experts_per_tok, pending_experts_.ids,
-              topk_w_.get<float>(), mlp_out_.get<__nv_bfloat16>(), mws, stream);
-}
-
-void ForwardPass::qkv_group(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* xn, int n,
-                            const AddRmsNormParams* norm, cudaStream_t stream) {
-  if (pending_experts_.set && norm && n == 1) {
-    const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
-    RS_OP("moe_experts + add+rmsnorm + q/kv (grouped), one launch");
-    if (moe_experts_then_group(pending_experts_.ex, pending_experts_.x, 1, spec_.num_experts_per_tok,
-                               pending_experts_.ids, topk_w_.get<float>(), mlp_out_.get<__nv_bfloat16>(), mws, jobs,
-                               n_jobs, *norm, stream)) {
-      pending_experts_.set = false;
-      return;
-    }
-  }
-  flush_experts(stream);
-  const LinearWorkspace lws{linear_ws_.get(), linear_ws_.bytes()};
-  linear_group(jobs, n_jobs, xn, n, lws, stream, norm);
-}
-
 void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>& prefills, cudaStream_t stream) {
   const ModelSpec& s = spec_;
   const DeviceLayer& L = w_.layers[layer];
@@ -384,7 +358,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     RS_OP("add+rmsnorm + q_a+kv_a (grouped) + norm + q_b");
     const LinearJob qkv[2] = {{L.q_a, qa_.get<__nv_bfloat16>()}, {L.kv_a, kva_.get<__nv_bfloat16>()}};
     if (rec_) rec_->gemv(qkv, 2, xn, n, norm);
-    else qkv_group(qkv, 2, xn, n, norm, stream);
+    else linear_group(qkv, 2, xn, n, lws, stream, norm);
     RmsNormRowsParams nr;
     nr.in = nr.out = qa_.get<__nv_bfloat16>();
     nr.weight = L.q_a_norm;
@@ -397,7 +371,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     RS_OP("add+rmsnorm + q_proj+kv_a (grouped)");
     const LinearJob qkv[2] = {{L.q_proj, q}, {L.kv_a, kva_.get<__nv_bfloat16>()}};
     if (rec_) rec_->gemv(qkv, 2, xn, n, norm);
-    else qkv_group(qkv, 2, xn, n, norm, stream);
+    else linear_group(qkv, 2, xn, n, lws, stream, norm);
   }
   __nv_bfloat16* cache = cache_ + layer * layer_stride_;
   KvWriteParams kw;
@@ -602,8 +576,6 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
                                    mlp_out_.get<__nv_bfloat16>(), mws, &ep))
       throw MegaUnsupported("experts the few-token expert kernels do not take");
     rec_->experts(ep);
-  } else if (n == 1 && kern::expert_ffn_gemv() && layer + 1 < s.num_hidden_layers) {
-    pending_experts_ = PendingExperts{ex, xn_.get<__nv_bfloat16>(), ids, true};  // qkv_group or flush_experts
   } else {
     moe_experts(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
                 mlp_out_.get<__nv_bfloat16>(), mws, stream);
@@ -620,7 +592,6 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
 void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, int nlogits,
                           const int32_t* logit_rows, cudaStream_t stream) {
   const ModelSpec& s = spec_;
-  pending_experts_.set = false;  // nothing left over from a step that threw
   EmbedParams e;
   e.table = w_.embed;
   e.tokens = tokens_d_;
@@ -661,7 +632,6 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
     }
     mlp(l, n, stream, &d0, &d1, pending);
   }
-  flush_experts(stream);
   set_deltas();
   an.weight = w_.final_norm;
   { RS_OP("add+rmsnorm"); rec_ ? rec_->add_rmsnorm(an) : launch_add_rmsnorm(an, stream); }

@@ -91,20 +91,6 @@ class ForwardPass {
   void mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1,
            const __nv_bfloat16* attn_delta = nullptr);
   bool router_takes_norm(int layer, int n) const;
-  // One token's expert FFN that mlp() leaves for the next layer's q/kv GEMV launch to take in
-  // (moe_experts_then_group: the GEMV's rows stream in behind the experts'); flush_experts()
-  // launches it alone wherever that does not happen. (Not with the megakernel recorder.)
-  struct PendingExperts {
-    MoeExperts ex;
-    const __nv_bfloat16* x = nullptr;
-    const int32_t* ids = nullptr;
-    bool set = false;
-  };
-  PendingExperts pending_experts_;
-  void flush_experts(cudaStream_t stream);
-  // The grouped q/kv GEMV with the input norm, taking a pending FFN into its launch where it can.
-  void qkv_group(const LinearJob* jobs, int n_jobs, const __nv_bfloat16* xn, int n, const AddRmsNormParams* norm,
-                 cudaStream_t stream);
   void dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloat16* out, cudaStream_t stream);
   // linear(), or its GEMV recorded into rec_.
   void linear_or_record(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16* y,

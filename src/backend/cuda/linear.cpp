@@ -628,31 +628,6 @@ void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int t
   check_launch("moe_experts (grouped gemm)");
 }
 
-bool moe_experts_then_group(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
-                            const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
-                            const MoeWorkspace& ws, const LinearJob* jobs, int n_jobs,
-                            const AddRmsNormParams& norm, cudaStream_t stream) {
-  if (m != 1 || n_jobs < 1 || n_jobs > kern::kMaxGemvJobs || !jobs || !norm.out || norm.n != m ||
-      !gemv_norm_prologue_ok(norm, m))
-    return false;
-  kern::ExpertGemvParams ep;
-  if (!moe_experts_decode_params(experts, x, m, top_k, topk_ids, topk_weights, out, ws, &ep)) return false;
-  kern::DenseGemvParams t;
-  for (int i = 0; i < n_jobs; ++i) {
-    check_matrix(jobs[i].w, "moe_experts_then_group job " + std::to_string(i));
-    if (!jobs[i].y || jobs[i].w.cols != norm.hidden || !vector_path_ok(jobs[i].w, norm.out)) return false;
-    t.w[i] = jobs[i].w;
-    t.y[i] = jobs[i].y;
-  }
-  t.jobs = n_jobs;
-  t.x = norm.out;
-  t.m = m;
-  set_gemv_norm_prologue(t, norm);
-  if (!kern::launch_expert_ffn_then_gemv(ep, t, sm_count(), stream)) return false;
-  check_launch("moe_experts_then_group (expert FFN + add + rmsnorm + grouped gemv)");
-  return true;
-}
-
 void validate_moe_experts(const MoeExperts& e) {
   check_experts(e, 1);
   const char* names[3] = {"gate", "up", "down"};

@@ -84,16 +84,6 @@ bool moe_experts_decode_params(const MoeExperts& experts, const __nv_bfloat16* x
                                const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
                                const MoeWorkspace& ws, kern::ExpertGemvParams* params);
 
-// One token: moe_experts(...) and then linear_group(jobs, n_jobs, norm->out, 1, ..., norm) in one
-// launch (kernels/ops/expert_stream_tail.cuh), the group's rows streaming in behind the experts'
-// (a delta of `norm` may be `out`). Returns false, launching nothing, where that launch does not
-// take the pair (another m, the one-launch FFN off, a shape or type it does not hold); the caller
-// then makes the two calls.
-bool moe_experts_then_group(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
-                            const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
-                            const MoeWorkspace& ws, const LinearJob* jobs, int n_jobs,
-                            const AddRmsNormParams& norm, cudaStream_t stream);
-
 // Load-time check of an expert set (copies the device arrays of DeviceMatrix back, so not for
 // use inside graph capture): every gate/up is [inter, hidden], every down [hidden, inter], all
 // of experts.type, FP8 with scales. Throws rs::Error naming expert, matrix and field.
