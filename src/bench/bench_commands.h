@@ -7,4 +7,5 @@ void add_allreduce(CLI::App& bench);  // src/bench/allreduce.cpp
 void add_linear(CLI::App& bench);     // src/bench/linear.cpp
 void add_mla_prefill(CLI::App& bench);  // src/bench/mla_prefill.cpp
 void add_serve(CLI::App& bench);      // src/bench/serve.cpp
+void add_boundary(CLI::App& bench);   // src/bench/boundary.cpp
 }  // namespace rs::bench

@@ -12,5 +12,6 @@ void add_bench(CLI::App& app) {
   bench::add_linear(*bench);
   bench::add_mla_prefill(*bench);
   bench::add_serve(*bench);
+  bench::add_boundary(*bench);
 }
 }  // namespace rs::cli

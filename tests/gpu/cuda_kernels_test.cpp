@@ -13,6 +13,7 @@
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gpu_sampler.h"
 #include "backend/sampling.h"
+#include "kernels/bench/boundary_chain.h"
 #include "kernels/ops/mla_decode_params.h"
 #include "kernels/ops/mla_prefill_params.h"
 #include "kernels/ops/moe_router_params.h"
@@ -105,6 +106,26 @@ void run_decode_case(const DecodeCase& c, uint64_t seed) {
 }  // namespace
 
 TEST_SUITE("gpu.cuda") {
+
+TEST_CASE("bench boundary: every kind of dependency step runs, passes its values on, and refuses a grid that cannot be resident") {
+  if (skip_without_gpu("bench boundary")) return;
+  using rs::kern::BoundaryMode;
+  for (BoundaryMode m : {BoundaryMode::kStreamOrder, BoundaryMode::kPdl, BoundaryMode::kFlag, BoundaryMode::kGridBarrier})
+    for (int grid : {1, 16, 132}) {
+      rs::kern::BoundaryTiming t;
+      const char* err = nullptr;
+      INFO(rs::kern::boundary_mode_name(m) << " grid " << grid);
+      // The steps' values: every step adds one to what the previous stored, checked by the call.
+      REQUIRE(rs::kern::measure_boundary(m, grid, 256, 20, 2, &t, &err));
+      CHECK(err == nullptr);
+      CHECK(t.median_us > 0.0);
+      CHECK(t.p90_us >= t.median_us);
+    }
+  rs::kern::BoundaryTiming t;
+  const char* err = nullptr;
+  CHECK_FALSE(rs::kern::measure_boundary(BoundaryMode::kGridBarrier, 1 << 16, 1024, 20, 2, &t, &err));
+  CHECK(err != nullptr);
+}
 
 TEST_CASE("mla decode: absorbed MQA over a paged latent cache equals host attention (splits, batches, heads)") {
   if (skip_without_gpu("mla decode")) return;
