@@ -1,8 +1,9 @@
 // The four dependency steps of boundary_chain.h. Why a benchmark: which of them is cheapest
 // decides how decode work should be cut into launches. On the H200 (2026-11-30) a PDL boundary
-// cost 0.63 us, a flag handoff 1.5-2.3 us: a grid-wide wait inside one launch is not the cheaper
-// join it looks like, which is why fusing latency-bound kernels around one did not pay (the
-// decode megakernel, the one-token FFN with the next q/kv GEMV: docs/arch/megakernel.md).
+// cost 0.67-0.71 us, a grid-wide barrier inside one kernel 1.02-1.32 us, a flag handoff between
+// kernels 1.40-1.69 us: a grid-wide wait inside one launch is not the cheaper join it looks like,
+// which is why fusing latency-bound kernels around one did not pay (the decode megakernel, the
+// one-token FFN with the next q/kv GEMV: docs/arch/megakernel.md).
 #include <algorithm>
 #include <vector>
 

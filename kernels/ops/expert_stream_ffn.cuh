@@ -12,8 +12,8 @@
 //
 // The next layer's input norm and q/kv GEMV carried on in the same launch behind the down rows
 // (commit 03e02dd) measured level on the H200 and is not kept: the absorb kernel after it then could
-// not start beside it either, and a second grid-wide wait costs more than a PDL boundary (0.63 us
-// against 1.5-2.3 us for a flag handoff, `rackserve bench boundary`).
+// not start beside it either, and a second grid-wide wait costs more than a PDL boundary (H200:
+// 1.02-1.32 against 0.67-0.71 us, `rackserve bench boundary`).
 //
 // The grid-wide wait needs every block resident at once: one block an SM (the ring leaves no room
 // for a second) and no more blocks than SMs, checked on the host with the occupancy API. PDL
