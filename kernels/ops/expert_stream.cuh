@@ -171,8 +171,8 @@ __device__ __forceinline__ void xs_gate_up_rows(const ExpertGemvParams& p, const
       for (int64_t c = lane; c < nch; c += 32) {
         const uint4 x0 = *reinterpret_cast<const uint4*>(xh + c * 16);
         const uint4 x1 = *reinterpret_cast<const uint4*>(xh + c * 16 + 8);
-        pg = fmaf(__ldg(rg.scale + (c * E) / bc), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wg)[c], x0, x1), pg);
-        pu = fmaf(__ldg(ru.scale + (c * E) / bc), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wu)[c], x0, x1), pu);
+        pg = fmaf(__ldg(rg.scale + fp8_scale_col(c, bc)), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wg)[c], x0, x1), pg);
+        pu = fmaf(__ldg(ru.scale + fp8_scale_col(c, bc)), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wu)[c], x0, x1), pu);
       }
     } else {
 #pragma unroll 4

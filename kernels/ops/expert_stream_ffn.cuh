@@ -90,7 +90,7 @@ __device__ __forceinline__ void xs_down_rows(const ExpertGemvParams& p, const ui
       for (int64_t c = lane; c < nch; c += 32) {
         const uint4 x0 = *reinterpret_cast<const uint4*>(hh + c * 16);
         const uint4 x1 = *reinterpret_cast<const uint4*>(hh + c * 16 + 8);
-        part = fmaf(__ldg(r.scale + (c * E) / bc), dot16_e4m3_f16(w[c], x0, x1), part);
+        part = fmaf(__ldg(r.scale + fp8_scale_col(c, bc)), dot16_e4m3_f16(w[c], x0, x1), part);
       }
     } else {
       for (int64_t c = lane; c < nch; c += 32) part = dot8_bf16(w[c], reinterpret_cast<const uint4*>(hs)[c], part);

@@ -41,8 +41,8 @@ __device__ __forceinline__ WeightRow weight_row(const rs::cuda::DeviceMatrix& w,
   const int64_t elem_bytes = fp8 ? 1 : 2;
   r.data = static_cast<const uint8_t*>(w.data) + row * w.cols * elem_bytes;
   if (fp8) {
-    const int64_t scale_cols = (w.cols + w.block_cols - 1) / w.block_cols;
-    r.scale = w.scale_inv + (row / w.block_rows) * scale_cols;
+    const int64_t scale_cols = fp8_block_div(w.cols + w.block_cols - 1, w.block_cols);
+    r.scale = w.scale_inv + fp8_block_div(row, w.block_rows) * scale_cols;
   }
   return r;
 }
@@ -61,7 +61,7 @@ __device__ __forceinline__ void load_weight_batch(const WeightRow (&rows)[R], in
     for (int r = 0; r < R; ++r) {
       if (c < c_end && rows[r].data) {
         w[r][u] = ld_stream16(rows[r].data + c * 16);
-        if constexpr (kFp8) s[r][u] = __ldg(rows[r].scale + (c * E) / block_cols);
+        if constexpr (kFp8) s[r][u] = __ldg(rows[r].scale + fp8_scale_col(c, block_cols));
       } else {
         w[r][u] = make_uint4(0, 0, 0, 0);
         if constexpr (kFp8) s[r][u] = 0.f;

@@ -114,7 +114,7 @@ __device__ __forceinline__ void stream_row_piece(const uint8_t* wrow, const __nv
     const uint4 w = *reinterpret_cast<const uint4*>(wrow + c * 16);
     const int64_t e = static_cast<int64_t>(c0 + c) * E;  // first element of the chunk
     if constexpr (kFp8) {
-      const float s = __ldg(srow + e / block_cols);
+      const float s = __ldg(srow + fp8_scale_col(c0 + c, block_cols));
 #pragma unroll
       for (int t = 0; t < MT; ++t) {
         if (t >= m) break;
@@ -203,8 +203,8 @@ __device__ __forceinline__ void gemv_stream_op(const DenseGemvParams& p, const G
         }
         const float* srow = nullptr;
         if constexpr (kFp8) {
-          const int64_t scale_cols = (cols + j.w.block_cols - 1) / j.w.block_cols;
-          srow = j.w.scale_inv + (row / j.w.block_rows) * scale_cols;
+          const int64_t scale_cols = fp8_block_div(cols + j.w.block_cols - 1, j.w.block_cols);
+          srow = j.w.scale_inv + fp8_block_div(row, j.w.block_rows) * scale_cols;
         }
         stream_row_piece<kFp8, MT>(stage + (r - st.r0) * g.piece_bytes, xs, cols, p.m, st.off, st.len, srow,
                                    j.w.block_cols, acc);
