@@ -152,7 +152,8 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
     }
   pdl_wait();  // routing from the router, x from the norm
   // The shared experts' other stages in the ring need no routing either: issued before the
-  // routing's loads (H200, V2-Lite bf16, 2026-11-30: 2.057-2.078 against 2.072-2.094 ms a step).
+  // routing's loads (H200, V2-Lite bf16, 2026-11-30: 2.057-2.078 against 2.072-2.094 ms a step,
+  // measured while the since-removed q/kv tail was on).
   if (producer && lane == 0)
     for (; issued < min(first, gu.stages); ++issued) {
       if (xs_stage(issued, gu).slot >= ns) break;
