@@ -10,6 +10,8 @@
 #include "kernels/bench/boundary_chain.h"
 #include "kernels/common/grid_count.cuh"
 #include "kernels/common/pdl.cuh"
+#include "kernels/common/sm_count.h"
+#include "kernels/ops/matmul_pdl.cuh"
 
 namespace rs::kern {
 namespace {
@@ -30,10 +32,7 @@ __global__ void boundary_chain_kernel(const float* in, float* out, unsigned* pre
     if (!first) {
       if (threadIdx.x == 0) {
         grid_count_wait(prev_count, gridDim.x, "bench boundary, flag handoff", -1);
-        if (atomicAdd(prev_count + 1, 1u) == gridDim.x - 1) {  // every block has seen it: reset
-          prev_count[0] = 0u;
-          prev_count[1] = 0u;
-        }
+        grid_count_depart(prev_count);
       }
       __syncthreads();
     }
@@ -48,8 +47,7 @@ __global__ void boundary_chain_kernel(const float* in, float* out, unsigned* pre
   }
 }
 
-// counts[0]: arrivals over all steps (target grid * (step + 1)); counts[1]: departures, the last
-// block zeroes both.
+// counts[0]: arrivals over all steps (target grid * (step + 1)); counts[1]: departures.
 __global__ void boundary_persistent_kernel(float* a, float* b, int steps, unsigned* counts) {
   for (int s = 0; s < steps; ++s) {
     boundary_step_op((s & 1) ? b : a, (s & 1) ? a : b);
@@ -60,10 +58,7 @@ __global__ void boundary_persistent_kernel(float* a, float* b, int steps, unsign
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0 && atomicAdd(counts + 1, 1u) == gridDim.x - 1) {
-    counts[0] = 0u;
-    counts[1] = 0u;
-  }
+  if (threadIdx.x == 0) grid_count_depart(counts);
 }
 
 struct Cleanup {
@@ -83,21 +78,6 @@ struct Cleanup {
 };
 
 template <BoundaryMode kMode>
-cudaError_t launch_chain_step(cudaStream_t s, int grid, int threads, const float* in, float* out, unsigned* prev,
-                              unsigned* cur, bool first) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = kMode == BoundaryMode::kStreamOrder ? 0 : 1;
-  return cudaLaunchKernelEx(&cfg, boundary_chain_kernel<kMode>, in, out, prev, cur, first);
-}
-
-template <BoundaryMode kMode>
 cudaError_t capture(cudaStream_t s, int grid, int threads, int steps, float* a, float* b, unsigned* counts) {
   if constexpr (kMode == BoundaryMode::kGridBarrier) {
     boundary_persistent_kernel<<<grid, threads, 0, s>>>(a, b, steps, counts);
@@ -105,8 +85,10 @@ cudaError_t capture(cudaStream_t s, int grid, int threads, int steps, float* a, 
   } else {
     for (int i = 0; i < steps; ++i) {
       unsigned* prev = counts + 2 * (i > 0 ? i - 1 : 0);
-      const cudaError_t e = launch_chain_step<kMode>(s, grid, threads, (i & 1) ? b : a, (i & 1) ? a : b, prev,
-                                                     counts + 2 * i, i == 0);
+      const float* in = (i & 1) ? b : a;
+      float* out = (i & 1) ? a : b;
+      const cudaError_t e = launch_with_pdl(boundary_chain_kernel<kMode>, dim3(grid), dim3(threads), 1, 0, s,
+                                            kMode != BoundaryMode::kStreamOrder, in, out, prev, counts + 2 * i, i == 0);
       if (e != cudaSuccess) return e;
     }
     // The last grid's count has no next grid to consume it: zero it for the next replay.
@@ -134,10 +116,9 @@ bool measure_boundary(BoundaryMode mode, int grid, int threads, int steps, int r
     return false;
   }
   if (mode == BoundaryMode::kGridBarrier) {
-    int dev = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, boundary_persistent_kernel, threads, 0) != cudaSuccess) {
-      *error = "occupancy query failed";
+    const int sms = current_sm_count(), per_sm = resident_blocks_exact(boundary_persistent_kernel, threads);
+    if (sms <= 0) {
+      *error = "SM count query failed";
       return false;
     }
     if (grid > sms * per_sm) {

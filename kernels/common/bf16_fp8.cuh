@@ -80,23 +80,22 @@ __device__ __forceinline__ float dot16_e4m3(const uint4& w, const uint4& x0, con
   return acc;
 }
 
-// The scale column of 16-element chunk c of an FP8 row: (c * 16) / block_cols. A shift where
-// block_cols is a power of two (128 in every DeepSeek checkpoint), which the compiler keeps out of
-// the chunk loops; the 64-bit division it replaces ran once a chunk in every FP8 dot loop (PTX:
-// 23 div.s64 in the streamed FP8 gate_up kernel against 12 in the bf16 one), a few dozen
-// instructions against the ~20 of the chunk's dot product.
-__device__ __forceinline__ int fp8_scale_col(int64_t c, int block_cols) {
-  const unsigned bc = static_cast<unsigned>(block_cols);
-  const unsigned e = static_cast<unsigned>(c) * 16u;  // chunks of a row: far below 2^28
-  return static_cast<int>((bc & (bc - 1u)) == 0u ? e >> (__ffs(static_cast<int>(bc)) - 1) : e / bc);
+// a / b for a >= 0 and b > 0, the FP8 block arithmetic of the dot loops: a shift where b is a
+// power of two (the block sizes of every DeepSeek checkpoint, 128), which the compiler keeps out
+// of the loops. The 64-bit division it replaces ran once a chunk in every FP8 dot loop (PTX: 23
+// div.s64 in the streamed FP8 gate_up kernel against 12 in the bf16 one), a few dozen
+// instructions against the ~20 of the chunk's dot product, and twice a row for the row's scale
+// pointer.
+template <class T>
+__device__ __forceinline__ T fp8_block_div(T a, int b) {
+  const unsigned ub = static_cast<unsigned>(b);
+  return (ub & (ub - 1u)) == 0u ? a >> (__ffs(b) - 1) : a / static_cast<T>(b);
 }
 
-// a / b for a >= 0 and b > 0, FP8 block arithmetic (a row's block row, a matrix's scale columns):
-// a shift where b is a power of two. Where a row's weights take a few chunks a lane, the two 64-bit
-// divisions of a row's scale pointer cost about as much as its dot products.
-__device__ __forceinline__ int64_t fp8_block_div(int64_t a, int b) {
-  const unsigned ub = static_cast<unsigned>(b);
-  return (ub & (ub - 1u)) == 0u ? a >> (__ffs(b) - 1) : a / b;
+// The scale column of 16-element chunk c of an FP8 row: (c * 16) / block_cols, in 32 bits (the
+// chunks of a row are far below 2^28).
+__device__ __forceinline__ int fp8_scale_col(int64_t c, int block_cols) {
+  return static_cast<int>(fp8_block_div(static_cast<unsigned>(c) * 16u, block_cols));
 }
 
 // 16 e4m3 weights against 16 activations given as f16 (eight f16x2 words in two uint4, already

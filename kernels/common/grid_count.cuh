@@ -53,4 +53,14 @@ static __device__ __noinline__ void grid_count_wait(const unsigned* counter, uns
   }
 }
 
+// One thread of each CTA, after its wait on w[0] (arrivals): counts itself on w[1] (departures);
+// the last of the grid's CTAs to pass zeroes both words for the next launch (nobody reads w[0]
+// again in this one).
+__device__ __forceinline__ void grid_count_depart(unsigned* w) {
+  if (atomicAdd(w + 1, 1u) == gridDim.x - 1) {
+    w[0] = 0u;
+    w[1] = 0u;
+  }
+}
+
 }  // namespace rs::kern

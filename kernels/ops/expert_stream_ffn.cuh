@@ -145,20 +145,16 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   };
   uint32_t issued = 0;
   const uint32_t first = min(n_stages, static_cast<uint32_t>(S));
-  if (producer && lane == 0)  // the shared experts' gate_up stages need no routing: before the wait
-    for (; issued < min(min(first, gu.stages), static_cast<uint32_t>(g.prewait_stages)); ++issued) {
-      if (xs_stage(issued, gu).slot >= ns) break;
-      issue(issued, false);
-    }
+  // The shared experts' gate_up stages need no routing (producer lane): up to `limit` of the ring.
+  auto issue_shared = [&](uint32_t limit) {
+    for (; issued < min(limit, gu.stages) && xs_stage(issued, gu).slot < ns; ++issued) issue(issued, false);
+  };
+  if (producer && lane == 0) issue_shared(min(first, static_cast<uint32_t>(g.prewait_stages)));  // before the wait
   pdl_wait();  // routing from the router, x from the norm
-  // The shared experts' other stages in the ring need no routing either: issued before the
-  // routing's loads (H200, V2-Lite bf16, 2026-11-30: 2.057-2.078 against 2.072-2.094 ms a step,
-  // measured while the since-removed q/kv tail was on).
-  if (producer && lane == 0)
-    for (; issued < min(first, gu.stages); ++issued) {
-      if (xs_stage(issued, gu).slot >= ns) break;
-      issue(issued, false);
-    }
+  // The rest of the ring's shared stages before the routing's loads (H200, V2-Lite bf16,
+  // 2026-11-30: 2.057-2.078 against 2.072-2.094 ms a step, measured while the since-removed q/kv
+  // tail was on).
+  if (producer && lane == 0) issue_shared(first);
   small_routing(p, sr);
   xs_slot_matrices(p, sr, ns, ns + sr.n_active, kParts, mats);
   if (producer && lane == 0)
@@ -193,10 +189,7 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   if (threadIdx.x == 0) {
     grid_count_arrive(sync);
     grid_count_wait(sync, gridDim.x, "expert FFN, every block's h", -1);
-    if (atomicAdd(sync + 1, 1u) == gridDim.x - 1) {  // every block is past the wait: reset for the next launch
-      sync[0] = 0u;
-      sync[1] = 0u;
-    }
+    grid_count_depart(sync);  // the last block past the wait resets both words for the next launch
   }
   xs_consumer_sync();
   const int slots = ns + sr.n_active;

@@ -200,7 +200,6 @@ bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStrea
   return true;
 }
 
-
 // The register kernels' launches of `which`.
 template <bool kFp8, int MT>
 void register_parts(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsigned which) {
