@@ -67,6 +67,11 @@ __device__ __forceinline__ bool xs_slot_active(const ExpertGemvParams& p, const 
   return s < p.experts.n_shared + sr.n_active;
 }
 
+// The consumer warps only (the producer may be blocked on the ring): named barrier 1.
+__device__ __forceinline__ void xs_consumer_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kXsConsumerWarps * 32) : "memory");
+}
+
 // ---- gate_up --------------------------------------------------------------------------------
 
 // A block's rows of a matrix of `total` rows split over the grid, in stages of at most `per_stage`

@@ -33,17 +33,13 @@
 // over k = 0..7 of warp_sum(chain k) in that order. Both give the same bits.
 #include "kernels/common/grid_count.cuh"
 #include "kernels/ops/expert_stream.cuh"
+#include "kernels/ops/expert_stream_route.cuh"
 
 namespace rs::kern {
 
 constexpr int kXsDownChains = kGemvWarps;  // the register down kernel's warps: slot s -> warp s % 8
 constexpr int kXsDownRowsPerWarp = 4;      // at most 64 hidden rows a block
-constexpr int kXsSyncWords = 2;            // arrivals, departures
-
-// The consumer warps only (the producer may be blocked on the ring): named barrier 1.
-__device__ __forceinline__ void xs_consumer_sync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(kXsConsumerWarps * 32) : "memory");
-}
+constexpr int kXsSyncWords = 4;            // arrivals, departures: h's wait, then the router's
 
 // Every slot's h into shared memory at act after the grid-wide wait (consumer threads): bf16 as
 // is; FP8 as f16 scaled by the slot's own 2^-e, h_scale[s] = 2^e (stage_f16 of the register
@@ -105,17 +101,20 @@ __device__ __forceinline__ void xs_down_rows(const ExpertGemvParams& p, const ui
   }
 }
 
-// One token. kDown: out = sum over slots of weight * down_slot(h_slot), sync being kXsSyncWords
-// zeroed counters (see the top of the file); otherwise only h[slot] = silu(gate_slot . x) *
-// (up_slot . x), for the register down kernel (sync unused).
-template <bool kFp8, int S, bool kDown>
+// One token. kDown: out = sum over slots of weight * down_slot(h_slot); otherwise only
+// h[slot] = silu(gate_slot . x) * (up_slot . x), for the register down kernel. kRoute: the router
+// runs inside the launch (expert_stream_route.cuh) from rt, x being its norm's output; otherwise
+// p.x and the routing are the previous kernels'. sync: kXsSyncWords zeroed counters (see the top
+// of the file), words 2-3 the router's.
+template <bool kFp8, int S, bool kDown, bool kRoute>
 __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, const ExpertStreamGeom& g, uint8_t* smem,
-                                                 unsigned* sync) {
+                                                 unsigned* sync, const ExpertRouteParams& rt) {
   __shared__ BulkRing<S> ring;
   __shared__ SmallRouting sr;
   __shared__ XsSlotMatrices mats_smem;
   __shared__ float amax_scratch[32];
   __shared__ float h_scale[kXsMaxSlots];
+  XsRouteSmem* route = nullptr;
   rs::cuda::DeviceMatrix (*mats)[3] = mats_smem.get();
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const bool producer = warp == kXsConsumerWarps;
@@ -127,6 +126,12 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   const uint32_t n_stages = gu.stages + dn.stages;
 
   if (threadIdx.x == 0) ring.init(kXsConsumerWarps);
+  if constexpr (kRoute) {
+    __shared__ XsRouteSmem route_smem;
+    if (threadIdx.x == 0) sr.n_active = 0;  // shared slots are active before the routing is known
+    xs_route_prewait(rt, smem + g.act_offset);
+    route = &route_smem;
+  }
   constexpr int kParts = kDown ? 3 : 2;
   xs_slot_matrices(p, sr, 0, ns, kParts, mats);  // __syncthreads: the ring's init is visible too
   pdl_launch_dependents();
@@ -155,13 +160,24 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   // 2026-11-30: 2.057-2.078 against 2.072-2.094 ms a step, measured while the since-removed q/kv
   // tail was on).
   if (producer && lane == 0) issue_shared(first);
-  small_routing(p, sr);
-  xs_slot_matrices(p, sr, ns, ns + sr.n_active, kParts, mats);
-  if (producer && lane == 0)
-    for (; issued < first; ++issued) issue(issued, true);
+  float x_scale = 1.f;
+  if constexpr (kRoute) {
+    // The consumers norm x and start on the shared stages; warp 0 finds the routing first and
+    // hands it to the producer, which until then has only the shared stages to issue.
+    if (!producer) x_scale = xs_route_norm<kFp8>(rt, smem + g.act_offset, *route);
+    if (warp == 0) xs_route_select(p, rt, smem + g.act_offset, *route, sr, kParts, mats, sync + 2);
+    if (warp == 0 || producer) xs_route_handoff();
+    if (producer && lane == 0)
+      for (; issued < first; ++issued) issue(issued, true);
+  } else {
+    small_routing(p, sr);
+    xs_slot_matrices(p, sr, ns, ns + sr.n_active, kParts, mats);
+    if (producer && lane == 0)
+      for (; issued < first; ++issued) issue(issued, true);
+    x_scale = xs_stage_x<kFp8>(p, smem + g.act_offset, amax_scratch);
+    __syncthreads();
+  }
   issued = first;  // every lane of the producer warp, which waits on the ring as one below
-  const float x_scale = xs_stage_x<kFp8>(p, smem + g.act_offset, amax_scratch);
-  __syncthreads();
 
   if (producer) {
     for (uint32_t i = issued; i < n_stages; ++i) {

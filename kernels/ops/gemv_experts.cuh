@@ -68,40 +68,52 @@ struct SmallRouting {
 };
 
 // Ids outside [0, num_experts) select nothing (the host validates the router's output range).
-__device__ __forceinline__ void small_routing(const ExpertGemvParams& p, SmallRouting& sr) {
+// ids/weights: p.topk_ids/p.topk_weights, or the in-launch router's shared copies
+// (expert_stream_route.cuh). kWarp: one warp fills sr (the others go on meanwhile), else the block.
+template <bool kWarp = false>
+__device__ __forceinline__ void small_routing(const ExpertGemvParams& p, SmallRouting& sr, const int* ids,
+                                              const float* weights) {
   const int n = p.m * p.top_k;
   const int E = p.experts.num_experts;
-  for (int i = threadIdx.x; i < kMaxExperts / 32; i += blockDim.x) sr.mask[i] = 0;
-  for (int i = threadIdx.x; i < kMaxActiveSmall; i += blockDim.x) {
+  const int tid = kWarp ? threadIdx.x & 31 : threadIdx.x, threads = kWarp ? 32 : blockDim.x;
+  auto sync = [] {
+    if constexpr (kWarp) __syncwarp();
+    else __syncthreads();
+  };
+  for (int i = tid; i < kMaxExperts / 32; i += threads) sr.mask[i] = 0;
+  for (int i = tid; i < kMaxActiveSmall; i += threads) {
     sr.tokens[i] = 0;
     for (int t = 0; t < kExpertGemvMaxTokens; ++t) sr.weight[t][i] = 0.f;
   }
-  __syncthreads();
+  sync();
   int e = -1;
   float wt = 0.f;
-  if (threadIdx.x < n) {
+  if (tid < n) {  // n <= threads: m * kMaxTopK <= the block's threads; one token's kMaxTopK <= 32
     // Plain loads: the decode megakernel's router wrote them in the same launch. The weight is
     // loaded with the id, in the same round trip to L2, not after the barrier below.
-    e = p.topk_ids[threadIdx.x];
-    wt = p.topk_weights[threadIdx.x];
+    e = ids[tid];
+    wt = weights[tid];
     if (e >= 0 && e < E) atomicOr(&sr.mask[e >> 5], 1u << (e & 31));
     else e = -1;
   }
-  __syncthreads();
+  sync();
   if (e >= 0) {
     int a = __popc(sr.mask[e >> 5] & ((1u << (e & 31)) - 1u));
     for (int wd = 0; wd < (e >> 5); ++wd) a += __popc(sr.mask[wd]);
-    const int t = threadIdx.x / p.top_k;
+    const int t = tid / p.top_k;
     sr.expert[a] = e;
     atomicOr(&sr.tokens[a], 1u << t);
     atomicAdd(&sr.weight[t][a], wt);
   }
-  if (threadIdx.x == 0) {
+  if (tid == 0) {
     int c = 0;
     for (int wd = 0; wd < (E + 31) / 32; ++wd) c += __popc(sr.mask[wd]);
     sr.n_active = c;
   }
-  __syncthreads();
+  sync();
+}
+__device__ __forceinline__ void small_routing(const ExpertGemvParams& p, SmallRouting& sr) {
+  small_routing(p, sr, p.topk_ids, p.topk_weights);
 }
 
 __device__ __forceinline__ float silu(float g) { return silu_f32(g); }

@@ -47,21 +47,25 @@ __global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>()) expert_d
   fused_down_op<kFp8, MT, U, DR, kF16>(p, sr, red, launch_work_grid(), reinterpret_cast<__half*>(f16_smem));
 }
 
-template <bool kFp8>
-__global__ void __launch_bounds__(kXsThreads, 1)
-    expert_stream_gate_up_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g) {
-  extern __shared__ __align__(128) uint8_t xs_smem[];
-  expert_stream_op<kFp8, kXsStages, false>(p, g, xs_smem, nullptr);
-}
-// The one-token FFN's grid-wide wait counters (expert_stream_ffn.cuh): zero at module load, zeroed
-// again by every launch. A device global is per device, so tensor-parallel ranks have their own.
+// The one-token streaming launches' grid-wide wait counters (expert_stream_ffn.cuh): zero at
+// module load, zeroed again by every launch. A device global is per device, so tensor-parallel
+// ranks have their own.
 __device__ unsigned g_xs_sync[kXsSyncWords];
 
-template <bool kFp8>
+template <bool kFp8, bool kRoute>
 __global__ void __launch_bounds__(kXsThreads, 1)
-    expert_stream_ffn_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g) {
+    expert_stream_gate_up_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g,
+                                 const __grid_constant__ ExpertRouteParams rt) {
   extern __shared__ __align__(128) uint8_t xs_smem[];
-  expert_stream_op<kFp8, kXsStages, true>(p, g, xs_smem, g_xs_sync);
+  expert_stream_op<kFp8, kXsStages, false, kRoute>(p, g, xs_smem, g_xs_sync, rt);
+}
+
+template <bool kFp8, bool kRoute>
+__global__ void __launch_bounds__(kXsThreads, 1)
+    expert_stream_ffn_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g,
+                             const __grid_constant__ ExpertRouteParams rt) {
+  extern __shared__ __align__(128) uint8_t xs_smem[];
+  expert_stream_op<kFp8, kXsStages, true, kRoute>(p, g, xs_smem, g_xs_sync, rt);
 }
 __global__ void __launch_bounds__(kMaxExperts) expert_decode_group_kernel(ExpertGemmParams p) {
   pdl_launch_dependents();
@@ -141,8 +145,9 @@ uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
 // gate_up alone, or with `ffn` the whole FFN (x and then h after the ring, and the down stages);
 // false where the streaming kernel does not take them (more than one token, shapes that do not
 // fit it).
+// route_act: the in-launch router's bytes at act_offset (expert_stream_route.cuh), or 0.
 bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_k, ExpertStreamGeom& g,
-                            bool ffn = false) {
+                            bool ffn = false, uint32_t route_act = 0) {
   const bool fp8 = experts.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
   const int64_t esize = fp8 ? 1 : 2, E = fp8 ? 16 : 8;
   const int64_t hidden = experts.hidden, inter = experts.inter;
@@ -152,7 +157,7 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   // Stages of whole gate/up row pairs of one slot; x (bf16, or f16 for FP8) after the ring, and
   // for the FFN every slot's h (bf16, or f16) in the same place once x is dead.
   const int64_t pair = 2 * hidden * esize;
-  const int64_t act = std::max<int64_t>(hidden * 2, ffn ? int64_t(slots) * inter * 2 : 0);
+  const int64_t act = std::max<int64_t>(std::max<int64_t>(hidden * 2, route_act), ffn ? int64_t(slots) * inter * 2 : 0);
   if (act >= kXsSmemBudget) return false;
   const uint32_t act_bytes = align128(static_cast<uint32_t>(act));
   const int64_t rows = std::min<int64_t>((kXsSmemBudget - act_bytes) / kXsStages / pair, inter);
@@ -168,11 +173,15 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   return true;
 }
 
-template <bool kFp8>
-void launch_expert_stream_gate_up(const ExpertGemvParams& p, const ExpertStreamGeom& g, int sm_count, cudaStream_t s) {
-  auto* gate_up = expert_stream_gate_up_kernel<kFp8>;
-  (void)allow_dynamic_smem(gate_up, static_cast<int>(g.smem_bytes));  // a refusal shows as the launch's error
-  launch_pdl(gate_up, dim3(std::min(sm_count, p.experts.inter)), dim3(kXsThreads), g.smem_bytes, s, p, g);
+template <bool kFp8, bool kRoute>
+bool launch_expert_stream_gate_up(const ExpertGemvParams& p, const ExpertStreamGeom& g, int sm_count, cudaStream_t s,
+                                  const ExpertRouteParams& rt = {}) {
+  auto* gate_up = expert_stream_gate_up_kernel<kFp8, kRoute>;
+  const bool smem_ok = allow_dynamic_smem(gate_up, static_cast<int>(g.smem_bytes));  // unrouted: a refusal shows as the launch's error
+  // The router's grid-wide count needs every block resident: one an SM, no more than SMs.
+  if (kRoute && (!smem_ok || resident_blocks_exact(gate_up, kXsThreads, g.smem_bytes) < 1)) return false;
+  launch_pdl(gate_up, dim3(std::min(sm_count, p.experts.inter)), dim3(kXsThreads), g.smem_bytes, s, p, g, rt);
+  return true;
 }
 
 // The whole FFN in one launch where it fits: one resident block an SM for every block of the grid
@@ -186,17 +195,18 @@ int expert_ffn_grid(const rs::cuda::MoeExperts& experts, int sm_count) {
   return std::min(sm_count, experts.inter);
 }
 
-template <bool kFp8>
-bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
+template <bool kFp8, bool kRoute>
+bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStream_t s, const ExpertRouteParams& rt = {},
+                              uint32_t route_act = 0) {
   ExpertStreamGeom g;
-  if (!expert_stream_geometry(p.experts, p.m, p.top_k, g, true)) return false;
+  if (!expert_stream_geometry(p.experts, p.m, p.top_k, g, true, route_act)) return false;
   const int grid = expert_ffn_grid(p.experts, sm_count);
   const int rows_per_block = (p.experts.hidden + grid - 1) / grid;
   if (rows_per_block > kXsConsumerWarps * kXsDownRowsPerWarp) return false;
-  auto* ffn = expert_stream_ffn_kernel<kFp8>;
+  auto* ffn = expert_stream_ffn_kernel<kFp8, kRoute>;
   if (!allow_dynamic_smem(ffn, static_cast<int>(g.smem_bytes))) return false;
   if (resident_blocks_exact(ffn, kXsThreads, g.smem_bytes) < 1) return false;  // the grid-wide wait needs one an SM
-  launch_pdl(ffn, dim3(grid), dim3(kXsThreads), g.smem_bytes, s, p, g);
+  launch_pdl(ffn, dim3(grid), dim3(kXsThreads), g.smem_bytes, s, p, g, rt);
   return true;
 }
 
@@ -218,10 +228,11 @@ void register_parts(const ExpertGemvParams& p, int sm_count, cudaStream_t s, uns
 template <bool kFp8, int MT>
 void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   ExpertStreamGeom g;
-  if (MT == 1 && g_expert_stream && g_expert_ffn >= (kFp8 ? 2 : 1) && launch_expert_stream_ffn<kFp8>(p, sm_count, s))
+  if (MT == 1 && g_expert_stream && g_expert_ffn >= (kFp8 ? 2 : 1) &&
+      launch_expert_stream_ffn<kFp8, false>(p, sm_count, s))
     return;
   if (MT == 1 && g_expert_stream && expert_stream_geometry(p.experts, p.m, p.top_k, g)) {
-    launch_expert_stream_gate_up<kFp8>(p, g, sm_count, s);
+    launch_expert_stream_gate_up<kFp8, false>(p, g, sm_count, s);
     return register_parts<kFp8, MT>(p, sm_count, s, 2u);
   }
   register_parts<kFp8, MT>(p, sm_count, s, 3u);
@@ -235,7 +246,44 @@ void small_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   else small_mt<kFp8, 8>(p, sm_count, s);
 }
 
+// One token's router inside the streamed expert launch (expert_stream_route.cuh), in the whole
+// FFN's launch where it is taken, else the streamed gate_up's (then the register down). Modes
+// (set_route_in_experts, environment RS_ROUTE_IN_EXPERTS): 0 off, 1 FP8 experts only
+// (default), 2 bf16 and FP8.
+int g_route_in_experts = env_int("RS_ROUTE_IN_EXPERTS", 1, 0, 2);
+
+template <bool kFp8>
+bool routed_one_token(const ExpertGemvParams& p, const ExpertRouteParams& rt, int sm_count, cudaStream_t s) {
+  const int rows = xs_route_rows(rt.r.experts, expert_ffn_grid(p.experts, sm_count));  // both launches' grid
+  if (rows > kXsRouteMaxRows) return false;
+  const uint32_t route_act = xs_route_act_bytes(p.experts.hidden, rows, rt.r.experts);
+  if (g_expert_ffn >= (kFp8 ? 2 : 1) && launch_expert_stream_ffn<kFp8, true>(p, sm_count, s, rt, route_act)) return true;
+  ExpertStreamGeom g;
+  if (!expert_stream_geometry(p.experts, p.m, p.top_k, g, false, route_act)) return false;
+  if (!launch_expert_stream_gate_up<kFp8, true>(p, g, sm_count, s, rt)) return false;
+  register_parts<kFp8, 1>(p, sm_count, s, 2u);
+  return true;
+}
+
 }  // namespace
+
+bool launch_expert_decode_routed(const ExpertGemvParams& p, const ExpertRouteParams& rt, bool fp8, int sm_count,
+                                 cudaStream_t s) {
+  const rs::cuda::MoeRouterParams& r = rt.r;
+  const rs::cuda::LmHeadParams& lg = rt.lg;
+  const rs::cuda::RouterNormIn& nin = rt.norm;
+  if (!g_expert_decode || !g_expert_stream || g_route_in_experts < (fp8 ? 1 : 2)) return false;
+  if (p.m != 1 || r.n != 1 || lg.n != 1 || !nin.residual || !nin.delta || !nin.weight || !nin.out || !lg.w ||
+      !lg.logits || !r.topk_ids || !r.topk_weights)
+    return false;
+  if (lg.hidden != p.experts.hidden || lg.vocab != r.experts || r.experts != p.experts.num_experts ||
+      r.top_k != p.top_k || r.top_k > kMaxTopK || !rs::cuda::router_fused_supported(lg.hidden, r.experts, r.n_group, r.top_k))
+    return false;
+  return fp8 ? routed_one_token<true>(p, rt, sm_count, s) : routed_one_token<false>(p, rt, sm_count, s);
+}
+
+void set_route_in_experts(int mode) { g_route_in_experts = mode; }
+int route_in_experts() { return g_route_in_experts; }
 
 void set_expert_decode(bool on) { g_expert_decode = on; }
 void set_expert_stream(bool on) { g_expert_stream = on; }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/ops/expert_route_params.h"
 #include "kernels/ops/matmul_launch.h"
 
 namespace rs::kern {
@@ -15,6 +16,18 @@ constexpr int kMaxSharedExperts = 4;  // = kMaxSharedSlots of expert_decode.cuh
 // Few tokens (m <= kExpertGemvMaxTokens), bf16 or FP8: gate_up (+SwiGLU) then down (+routing
 // weights, + shared experts), 2 kernels. p.h holds (n_shared + min(E, m*top_k)) * m * inter bf16.
 void launch_expert_decode_small(const ExpertGemvParams& p, bool fp8, int sm_count, cudaStream_t stream);
+
+// One token with its router folded in (expert_stream_route.cuh): the post-attention add +
+// RMSNorm, the logits and the selection of rt, then the experts on that norm's output (p.x and
+// p's routing are not read; rt's outputs are stored as the fused router stores them). False,
+// launching nothing, where the streamed launches do not take the shapes or a block an SM cannot
+// be resident: the caller launches the router and the experts as before.
+bool launch_expert_decode_routed(const ExpertGemvParams& p, const ExpertRouteParams& rt, bool fp8, int sm_count,
+                                 cudaStream_t stream);
+// Which experts launch_expert_decode_routed() takes: mode 0 none, 1 FP8 only (the default;
+// environment RS_ROUTE_IN_EXPERTS starts another), 2 bf16 and FP8.
+void set_route_in_experts(int mode);
+int route_in_experts();
 
 // Many tokens, bf16 only: group (p.tile_tokens must be 16; shared experts as ids E..) ->
 // tensor-core GEMV gate_up (+SwiGLU) -> tensor-core GEMV down -> combine, 4 kernels.

@@ -89,9 +89,137 @@ struct FewTokenScope {
   ~FewTokenScope() { rs::kern::set_gemv_thresholds(saved); }
 };
 
+// One token's router inside the streamed expert launch (kernels/ops/expert_stream_route.cuh)
+// against the fused router kernel then moe_experts(): the same bits for everything either stores
+// (xn, logits, ids, weights, margins, the FFN's output), for the whole-FFN launch and the streamed
+// gate_up + register down, `calls` calls in a row (the router's grid-wide count resets every
+// launch); and the output at the fp64 reference for the routing it chose.
+struct RouterCfg {
+  rs::cuda::RouterScoring scoring;
+  rs::cuda::RouterTopk method;
+  int n_group, topk_group;
+  bool bias, normalize;
+  float scaling;
+};
+
+void compare_routed(WeightType type, Shape sh, RouterCfg rc, uint64_t seed, int calls = 2) {
+  Rng rng(seed);
+  const Experts f(type, sh, rng);
+  const int H = sh.hidden, E = sh.E, K = sh.top_k;
+  const size_t ws_bytes = rs::cuda::moe_workspace_bytes(1, K, f.experts);
+  DeviceBuf<uint8_t> ws(ws_bytes);
+  std::vector<uint16_t> wr(size_t(E) * H);
+  for (auto& v : wr) v = float_to_bf16(rng.uniform(-0.06f, 0.06f));
+  std::vector<float> g(H), bias(E);
+  for (auto& v : g) v = rng.uniform(0.5f, 1.5f);
+  for (auto& v : bias) v = rng.uniform(-0.05f, 0.05f);
+  DeviceBuf<uint16_t> dwr(wr), ddelta(H);
+  DeviceBuf<float> dg(g), dbias(bias), dres(H);
+  DeviceBuf<int> counters(1);
+  cuda_ok(cudaMemset(counters.ptr, 0, sizeof(int)), "zero counters");
+  const int ffn_mode = rs::kern::expert_ffn(), route_mode = rs::kern::route_in_experts();
+  rs::kern::set_route_in_experts(2);
+  for (int c = 0; c < calls; ++c) {
+    std::vector<float> res(H);
+    for (auto& v : res) v = rng.uniform(-3.f, 3.f);
+    dres.upload(res);
+    ddelta.upload(rng.bf16(H));
+    for (int mode : {2, 0}) {  // the whole FFN in one launch; the streamed gate_up + register down
+      rs::kern::set_expert_ffn(mode);
+      std::vector<uint16_t> xn[2], out[2];
+      std::vector<float> logits[2], wts[2], margins[2];
+      std::vector<int> ids[2];
+      for (int path = 0; path < 2; ++path) {  // router kernel + moe_experts; the router folded in
+        DeviceBuf<uint16_t> dxn(H), dout(H);
+        DeviceBuf<float> dlog(E), dwt(K), dmargin(1);
+        DeviceBuf<int> dids(K);
+        for (auto* b : {&dxn, &dout}) b->poison();
+        for (auto* b : {&dlog, &dwt, &dmargin}) b->poison();
+        dids.poison();
+        rs::cuda::LmHeadParams lg;
+        lg.x = reinterpret_cast<const __nv_bfloat16*>(dxn.ptr);
+        lg.w = reinterpret_cast<const __nv_bfloat16*>(dwr.ptr);
+        lg.logits = dlog.ptr;
+        lg.n = 1;
+        lg.hidden = H;
+        lg.vocab = E;
+        rs::cuda::MoeRouterParams r;
+        r.logits = dlog.ptr;
+        r.bias = rc.bias ? dbias.ptr : nullptr;
+        r.n = 1;
+        r.experts = E;
+        r.top_k = K;
+        r.n_group = rc.n_group;
+        r.topk_group = rc.topk_group;
+        r.scoring = rc.scoring;
+        r.method = rc.method;
+        r.normalize = rc.normalize;
+        r.scale_after_normalize = rc.method == rs::cuda::RouterTopk::NoauxTc;
+        r.routed_scaling = rc.scaling;
+        r.topk_ids = dids.ptr;
+        r.topk_weights = dwt.ptr;
+        r.margins = dmargin.ptr;
+        rs::cuda::RouterNormIn nin;
+        nin.residual = dres.ptr;
+        nin.delta = reinterpret_cast<const __nv_bfloat16*>(ddelta.ptr);
+        nin.weight = dg.ptr;
+        nin.out = reinterpret_cast<__nv_bfloat16*>(dxn.ptr);
+        nin.eps = 1e-6f;
+        auto* o = reinterpret_cast<__nv_bfloat16*>(dout.ptr);
+        if (path == 0) {
+          rs::cuda::launch_moe_router_fused(lg, r, counters.ptr, nullptr, &nin);
+          rs::cuda::moe_experts(f.experts, nin.out, 1, K, dids.ptr, dwt.ptr, o, {ws.ptr, ws_bytes}, nullptr);
+        } else {
+          REQUIRE(rs::cuda::moe_experts_routed(f.experts, rs::kern::ExpertRouteParams{lg, r, nin}, o, {ws.ptr, ws_bytes},
+                                               nullptr));
+        }
+        cuda_ok(cudaDeviceSynchronize(), path == 0 ? "router + moe_experts" : "moe_experts_routed");
+        xn[path] = dxn.download();
+        out[path] = dout.download();
+        logits[path] = dlog.download();
+        wts[path] = dwt.download();
+        margins[path] = dmargin.download();
+        ids[path] = dids.download();
+      }
+      const auto st = relative_error(out[1], f.reference(1, xn[1], ids[1], wts[1]));
+      INFO((type == WeightType::BF16 ? "bf16" : "fp8") << " E=" << E << " hidden=" << H << " inter=" << sh.inter
+                                                       << " top_k=" << K << " n_shared=" << sh.n_shared << " ffn mode "
+                                                       << mode << " call " << c << " rel=" << st.rel);
+      CHECK(st.nan == 0);
+      CHECK(st.rel <= kTolerance);
+      CHECK(xn[0] == xn[1]);
+      CHECK(logits[0] == logits[1]);
+      CHECK(ids[0] == ids[1]);
+      CHECK(wts[0] == wts[1]);
+      CHECK(margins[0] == margins[1]);
+      CHECK(out[0] == out[1]);
+    }
+  }
+  rs::kern::set_expert_ffn(ffn_mode);
+  rs::kern::set_route_in_experts(route_mode);
+}
+
 }  // namespace
 
 TEST_SUITE("gpu.experts") {
+TEST_CASE("one token's router inside the streamed expert launch gives the router kernel's and moe_experts' bits") {
+  if (skip_without_gpu("router in the expert launch")) return;
+  using rs::cuda::RouterScoring;
+  using rs::cuda::RouterTopk;
+  const RouterCfg v2{RouterScoring::Softmax, RouterTopk::Greedy, 1, 1, false, false, 1.f};
+  const RouterCfg v2_groups{RouterScoring::Softmax, RouterTopk::GroupLimitedGreedy, 4, 2, false, true, 1.f};
+  const RouterCfg v3{RouterScoring::Sigmoid, RouterTopk::NoauxTc, 8, 4, true, true, 2.5f};
+  uint64_t seed = 9900;
+  for (WeightType type : {WeightType::BF16, WeightType::FP8_E4M3_BLOCK}) {
+    compare_routed(type, {64, 2048, 256, 6, 2}, v2, seed++, 3);  // V2-Lite's router, narrower experts
+    compare_routed(type, {64, 2048, 256, 6, 2}, v2_groups, seed++);
+    // More experts than blocks (two router rows a block on 132 SMs; three on the 128 blocks of inter 128).
+    compare_routed(type, {160, 1024, 256, 8, 1}, v3, seed++);
+    compare_routed(type, {264, 1024, 128, 8, 0}, v3, seed++);
+  }
+  compare_routed(WeightType::BF16, {64, 2048, 1408, 6, 2}, v2, seed++);  // V2-Lite itself
+}
+
 TEST_CASE("few-token expert kernels match the fp64 reference, bf16 and FP8, 1..8 tokens") {
   if (skip_without_gpu("few-token experts")) return;
   FewTokenScope scope;

@@ -546,13 +546,25 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
   r.topk_ids = ids;
   r.topk_weights = topk_w_.get<float>();
   r.margins = route_margins_.get<float>() + size_t(layer) * cap_.tokens;
-  if (attn_delta) {  // router_takes_norm(layer, n): add + RMSNorm, logits and selection in one launch
-    RouterNormIn nin;
+  const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
+  RouterNormIn nin;
+  if (attn_delta) {
     nin.residual = residual_.get<float>();
     nin.delta = attn_delta;
     nin.weight = L.post_norm;
     nin.out = xn_.get<__nv_bfloat16>();
     nin.eps = static_cast<float>(s.rms_norm_eps);
+  }
+  // One token: the router inside the experts' streamed launch where it takes them
+  // (kernels/ops/expert_stream_route.cuh); the same bits as the two launches below.
+  bool routed_in = false;
+  if (attn_delta && n == 1 && !rec_) {
+    RS_OP("add+rmsnorm + router + moe_experts (one launch)");
+    routed_in = moe_experts_routed(ex, kern::ExpertRouteParams{lg, r, nin}, mlp_out_.get<__nv_bfloat16>(), mws, stream);
+  }
+  if (routed_in) {
+    // the router and the experts are in flight
+  } else if (attn_delta) {  // router_takes_norm(layer, n): add + RMSNorm, logits and selection in one launch
     RS_OP("add+rmsnorm + router logits + selection (fused)");
     if (rec_) rec_->router(lg, r, router_counters_.get<int>(), nin);
     // The 8-block cluster router (1-2 tokens) where the step gains from it (H200, V2-Lite,
@@ -568,9 +580,10 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     { RS_OP("router logits (gemv)"); launch_lm_head(lg, stream); }
     { RS_OP("moe router"); launch_moe_router(r, stream); }
   }
-  const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
-  RS_OP(ex.n_shared ? "moe_experts + shared" : "moe_experts");
-  if (rec_) {
+  if (routed_in) {
+    // (above)
+  } else if (rec_) {
+    RS_OP(ex.n_shared ? "moe_experts + shared" : "moe_experts");
     kern::ExpertGemvParams ep;
     if (!moe_experts_decode_params(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
                                    mlp_out_.get<__nv_bfloat16>(), mws, &ep))

@@ -603,6 +603,21 @@ bool moe_experts_decode_params(const MoeExperts& experts, const __nv_bfloat16* x
   return true;
 }
 
+bool moe_experts_routed(const MoeExperts& experts, const kern::ExpertRouteParams& rt, __nv_bfloat16* out,
+                        const MoeWorkspace& ws, cudaStream_t stream) {
+  check_experts(experts, rt.r.top_k);
+  const __nv_bfloat16* xn = rt.norm.out;
+  if (!xn || !out || !ws.ptr || !aligned16(xn) || !aligned16(out) || !aligned16(ws.ptr)) return false;
+  if (!expert_decode_small(experts, 1)) return false;
+  if (experts.n_shared != 0 && !moe_can_fuse_shared(experts, 1)) return false;
+  const kern::ExpertGemvParams p = expert_gemv_params(experts, xn, 1, rt.r.top_k, rt.r.topk_ids, rt.r.topk_weights,
+                                                      out, ws, experts.n_shared);
+  if (!kern::launch_expert_decode_routed(p, rt, experts.type == WeightType::FP8_E4M3_BLOCK, sm_count(), stream))
+    return false;
+  check_launch("moe_experts (router folded in)");
+  return true;
+}
+
 void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
                  const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
                  const MoeWorkspace& ws, cudaStream_t stream) {

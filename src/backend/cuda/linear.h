@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "kernels/ops/expert_route_params.h"
 #include "kernels/ops/linear_params.h"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/rmsnorm_params.h"
@@ -53,6 +54,14 @@ size_t moe_workspace_bytes(int m_max, int top_k, const MoeExperts& experts);
 void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int top_k,
                  const int* topk_ids, const float* topk_weights, __nv_bfloat16* out,
                  const MoeWorkspace& ws, cudaStream_t stream);
+
+// One token's router and experts in one launch (kernels/ops/expert_stream_route.cuh): the
+// post-attention add + RMSNorm, the logits and the selection of `rt` (its outputs stored as the
+// fused router stores them: rt.norm.out, rt.lg.logits, rt.r's ids, weights and margins), then
+// moe_experts() on that norm's output with that routing. False, launching nothing, where the
+// streamed one-token launches do not take it: the caller runs the router and moe_experts().
+bool moe_experts_routed(const MoeExperts& experts, const kern::ExpertRouteParams& rt, __nv_bfloat16* out,
+                        const MoeWorkspace& ws, cudaStream_t stream);
 
 // Whether moe_experts() can run the shared experts set in `experts` (MoeExperts::n_shared,
 // shared_gate/up/down) inside its own kernels for m tokens: then one call gives routed + shared
