@@ -14,3 +14,9 @@ ctest -V -R '^gpu$' --timeout 1800 > gpu_tests.log 2>&1 || gpu_status=$?
 grep -E "skipped|ERROR|test cases:" gpu_tests.log || true
 if [ "$gpu_status" -ne 0 ]; then tail -60 gpu_tests.log; exit "$gpu_status"; fi
 ctest --output-on-failure -E '^gpu$' --timeout 1800
+cd ..
+# The wait probe's measuring build (bench forward --wait-probe, kernels/common/wait_probe.cuh) is
+# compiled too, so that its code never stops building; it runs only on the GPU machine.
+cmake -S . -B build-probe -G Ninja -DCMAKE_BUILD_TYPE=Release -DRS_WAIT_PROBE=ON
+cmake --build build-probe -j"$(nproc)" --target rackserve
+./build-probe/rackserve bench forward --help | grep -q -- --wait-probe

@@ -14,6 +14,7 @@ namespace rs::kern {
 
 __device__ __forceinline__ void pdl_launch_dependents() { rs::pdl::launch_dependents(); }
 __device__ __forceinline__ void pdl_wait() { rs::pdl::wait(); }
+__device__ __forceinline__ void pdl_probe_mark(unsigned tag) { rs::pdl::probe_mark(tag); }
 
 }  // namespace rs::kern
 

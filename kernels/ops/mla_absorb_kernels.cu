@@ -18,6 +18,7 @@ __global__ void __launch_bounds__(kVUpWarps * 32) mla_v_up_kernel(const MlaVUpPa
   pdl::launch_dependents();  // mla_v_up_block waits once its weight rows are in registers
   const int n0 = blockIdx.z * kAbsorbTokens;
   mla_v_up_block<kRows>(p, blockIdx.x, blockIdx.y, n0, min(p.n, n0 + kAbsorbTokens));
+  pdl::probe_mark(kern::kProbeEnd);
 }
 // Blocks [0, kw.n) write one token's cache row each (first, so they overlap the absorb blocks
 // instead of forming a last wave of their own), the rest are the absorb grid (heads x column
@@ -25,6 +26,7 @@ __global__ void __launch_bounds__(kVUpWarps * 32) mla_v_up_kernel(const MlaVUpPa
 __global__ void __launch_bounds__(kAbsorbThreads, 3) mla_absorb_q_kv_write_kernel(const MlaAbsorbQParams p,
                                                                                    const KvWriteParams kw) {
   mla_absorb_q_kv_write_block(p, kw, blockIdx.x);
+  pdl::probe_mark(kern::kProbeEnd);
 }
 void launch_mla_absorb_q_kv_write(const MlaAbsorbQParams& a, const KvWriteParams& kw, cudaStream_t stream) {
   const int blocks = mla_absorb_q_kv_write_blocks(a, kw);

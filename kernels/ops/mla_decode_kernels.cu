@@ -15,6 +15,7 @@ template <int kNumWarps>
 __global__ void __launch_bounds__(kNumWarps * 32, kNumWarps == 4 ? 2 : 1) mla_decode_split_kernel(const MlaDecodeParams p) {
   extern __shared__ __align__(128) char smem[];
   mla_decode_split_block<kNumWarps>(p, blockIdx.x, blockIdx.y, blockIdx.z, smem);
+  pdl::probe_mark(kern::kProbeEnd);
 }
 __global__ void __launch_bounds__(kCombineThreads) mla_decode_combine_kernel(const MlaDecodeParams p) {
   pdl::wait();

@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_cluster_kernel(cons
                                                                             const RouterNormIn norm) {
   extern __shared__ float router_scratch[];
   moe_router_cluster_block<V>(lg, p, norm, router_scratch);
+  pdl::probe_mark(kern::kProbeEnd);
 }
 namespace {
 // RS_ROUTER_CLUSTER=0: the 64-block fused router where the cluster one applies (A/B runs);

@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "bench/bench_commands.h"
 #include "bench/timeline_report.h"
+#include "bench/wait_probe_report.h"
 #include "common/error.h"
 #include "common/read_file.h"
 #include "model/model_spec.h"
@@ -33,6 +34,7 @@ struct ForwardArgs {
   uint64_t seed = 0;
   bool ablate = false;
   std::string timeline;  // CSV of one decode graph replay's kernels (CUPTI)
+  std::string wait_probe;  // CSV of one decode graph replay's PDL waits (a RS_WAIT_PROBE build)
 };
 
 void cuda_ok(cudaError_t e, const char* what) {
@@ -227,6 +229,32 @@ void run_forward(const ForwardArgs& a) {
         std::printf("    %9.2f %9.2f %8.2f %8.2f  %s\n", r.start_us, r.end_us, r.dur_us, r.gap_us, r.kernel.c_str());
     }
   }
+  if (!a.wait_probe.empty()) {
+    if (a.phase != "decode") throw Error("bench forward --wait-probe: decode steps only (they run as CUDA graphs)");
+    const std::vector<kern::WaitProbeRecord> rec = cuda_decode_graph_wait_probe(*backend);
+    std::string why;
+    const std::vector<cuda::KernelSpan> spans =
+        cuda::kernel_timeline_available(&why) ? cuda_decode_graph_timeline(*backend, 3) : std::vector<cuda::KernelSpan>{};
+    const std::vector<ProbeLaunch> launches = probe_launches(rec, spans);
+    std::ofstream f(a.wait_probe);
+    if (!f) throw Error("--wait-probe: cannot write '" + a.wait_probe + "'");
+    f << probe_csv(launches);
+    std::printf("  PDL waits of one graph replay (%zu blocks of %zu launches, in %s%s):\n", rec.size(), launches.size(),
+                a.wait_probe.c_str(), spans.empty() ? "; no CUPTI to name the kernels" : "");
+    std::printf("    release: a launch's first block leaves its wait; advance: to the next launch's release;\n"
+                "    late: its last block reached the wait after the release; spread: its last block's release;\n"
+                "    input / main / grid / end / s1-s3: the last block's marks (inputs ready, main loop done, a\n"
+                "    grid-wide wait passed, done, a kernel's own steps) after the release; medians over launches (us)\n");
+    std::printf("    %9s %6s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s  %s\n", "advance", "count", "median", "late", "spread",
+                "input", "main", "grid", "end", "s1", "s2", "s3", "kernel");
+    auto mk = [](double v) { return v < 0 ? std::string("-") : std::to_string(v).substr(0, std::to_string(v).find('.') + 3); };
+    for (const ProbeSummary& s : probe_summary(launches))
+      std::printf("    %9.1f %6d %8.2f %7.2f %7.2f %7s %7s %7s %7s %7s %7s %7s  %s\n", s.advance_total_us, s.count,
+                  s.advance_median_us, s.late_median_us, s.spread_median_us, mk(s.mark_median_us[1]).c_str(),
+                  mk(s.mark_median_us[2]).c_str(), mk(s.mark_median_us[3]).c_str(), mk(s.mark_median_us[4]).c_str(),
+                  mk(s.mark_median_us[5]).c_str(), mk(s.mark_median_us[6]).c_str(), mk(s.mark_median_us[7]).c_str(),
+                  s.kernel.c_str());
+  }
   if (!a.json.empty()) {
     nlohmann::json j = {{"gpu", prop.name},
                         {"model", a.model.empty() ? a.config : a.model},
@@ -277,6 +305,9 @@ void add_forward(CLI::App& bench) {
   cmd->add_option("--timeline", a->timeline,
                   "decode: write when each kernel of one graph replay ran to this CSV (CUPTI, loaded at run "
                   "time) and print how far each kernel moved the step's end and one MoE layer's window");
+  cmd->add_option("--wait-probe", a->wait_probe,
+                  "decode, a build with -DRS_WAIT_PROBE=ON: write when every block of one graph replay reached and "
+                  "left its PDL wait to this CSV and print where each kernel's blocks started and were released");
   cmd->callback([a] { run_forward(*a); });
 }
 

@@ -114,6 +114,28 @@ class CudaBackend final : public Backend {
     return cuda::trace_graph_replays(g.graph, g.exec, stream_, replays);
   }
 
+  std::vector<kern::WaitProbeRecord> probe_last_decode_graph() {
+    if (!kern::wait_probe_built())
+      throw Error("wait probe: this binary was built without it (cmake -DRS_WAIT_PROBE=ON, a measuring build)");
+    const auto& g = last_decode_graph("wait probe");
+    constexpr uint32_t kCapacity = 1u << 20;
+    DeviceBuffer buf;
+    buf.reset(size_t(kCapacity) * sizeof(kern::WaitProbeRecord), "wait probe records");
+    for (int i = 0; i < 2; ++i) RS_CUDA(cudaGraphLaunch(g.exec, stream_));  // warm, unrecorded
+    RS_CUDA(cudaStreamSynchronize(stream_));
+    RS_CUDA(cudaMemset(buf.get(), 0, buf.bytes()));
+    kern::wait_probe_arm(buf.get<kern::WaitProbeRecord>(), kCapacity);
+    RS_CUDA(cudaGraphLaunch(g.exec, stream_));
+    const cudaError_t err = cudaStreamSynchronize(stream_);
+    kern::wait_probe_arm(nullptr, 0);
+    RS_CUDA(err);
+    std::vector<kern::WaitProbeRecord> rec(kCapacity);
+    RS_CUDA(cudaMemcpy(rec.data(), buf.get(), buf.bytes(), cudaMemcpyDeviceToHost));
+    const uint64_t n = rec[0].grid;
+    if (n + 1 > kCapacity) throw Error("wait probe: more than " + std::to_string(kCapacity - 1) + " records");
+    return std::vector<kern::WaitProbeRecord>(rec.begin() + 1, rec.begin() + 1 + n);
+  }
+
   CudaStepTraffic last_traffic() {
     CudaStepTraffic t;
     RS_CUDA(cudaStreamSynchronize(stream_));
@@ -384,6 +406,10 @@ cuda::GraphAblation cuda_decode_graph_ablation(Backend& b, int replays) {
 
 std::vector<cuda::KernelSpan> cuda_decode_graph_timeline(Backend& b, int replays) {
   return cuda_backend_of(b, "kernel timeline").trace_last_decode_graph(replays);
+}
+
+std::vector<kern::WaitProbeRecord> cuda_decode_graph_wait_probe(Backend& b) {
+  return cuda_backend_of(b, "wait probe").probe_last_decode_graph();
 }
 
 CudaStepTraffic cuda_last_step_traffic(Backend& b) { return cuda_backend_of(b, "step traffic").last_traffic(); }

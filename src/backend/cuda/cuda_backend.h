@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/graph_ablation.h"
 #include "backend/cuda/kernel_timeline.h"
+#include "kernels/common/wait_probe.h"
 
 namespace rs {
 // Number of usable CUDA devices; 0 (with `why` set) when there is no driver or no GPU.
@@ -48,4 +49,7 @@ cuda::GraphAblation cuda_decode_graph_ablation(Backend& b, int replays);
 // When each kernel of the last decode step's CUDA graph ran, from the last of `replays` replays
 // traced through CUPTI (kernel_timeline.h), for `bench forward --timeline`.
 std::vector<cuda::KernelSpan> cuda_decode_graph_timeline(Backend& b, int replays);
+// Every PDL wait of one replay of the last decode step's CUDA graph (kernels/common/wait_probe.h),
+// for `bench forward --wait-probe`; an rs::Error unless the binary was built with RS_WAIT_PROBE.
+std::vector<kern::WaitProbeRecord> cuda_decode_graph_wait_probe(Backend& b);
 }  // namespace rs

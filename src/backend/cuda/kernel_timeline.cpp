@@ -94,7 +94,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || !g_sink) continue;
       // The kernel record of this toolkit's CUPTI (the header the binary was built against).
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-      g_sink->push_back({short_kernel_name(k->name), k->start, k->end});
+      g_sink->push_back({short_kernel_name(k->name), k->start, k->end, uint32_t(k->gridX) * k->gridY * k->gridZ,
+                         uint32_t(k->blockX) * k->blockY * k->blockZ});
     }
   }
   std::free(buffer);

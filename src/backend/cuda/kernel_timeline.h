@@ -16,6 +16,7 @@ namespace rs::cuda {
 struct KernelSpan {
   std::string kernel;  // short_kernel_name (kernel_name.h)
   uint64_t start_ns = 0, end_ns = 0;  // GPU timestamps
+  uint32_t blocks = 0, threads = 0;   // the launch's grid and block sizes
 };
 
 // Whether CUPTI can be used here; `why` says what is missing when not.
