@@ -136,20 +136,63 @@ __device__ __forceinline__ int xs_first_row(int k0) {
   return (warp - k0 % kXsConsumerWarps + kXsConsumerWarps) % kXsConsumerWarps;
 }
 
-// x into shared memory at act: bf16 as is; FP8 as f16 scaled by 2^-e (expert_decode.cuh's
-// staging). Returns 2^e (1 for bf16). Every thread of the block calls it; the caller syncs.
-template <bool kFp8>
-__device__ __forceinline__ float xs_stage_x(const ExpertGemvParams& p, uint8_t* act, float* amax_scratch) {
-  const int hidden = p.experts.hidden;
-  if constexpr (kFp8) {
-    const int e = f16_stage_exponent(rs::cuda::block_max(amax_bf16(p.x, hidden, threadIdx.x, blockDim.x), amax_scratch));
-    stage_f16(p.x, hidden, e, reinterpret_cast<__half*>(act), threadIdx.x, blockDim.x);
-    return ldexpf(1.f, e);
-  } else {
-    for (int v = threadIdx.x; v < hidden / 8; v += blockDim.x)
-      reinterpret_cast<uint4*>(act)[v] = ld_cached16(p.x + static_cast<int64_t>(v) * 8);
-    return 1.f;
+// x into shared memory at act in two halves, so that x's loads share their round trip with the
+// routing's (the first half before small_routing, the second after it): xs_load_x puts up to
+// kXsXVecs 16-byte vectors a thread in registers, xs_stage_x stores them, bf16 as is, FP8 as f16
+// scaled by 2^-e (expert_decode.cuh's staging: the same exponent, the same conversions), and
+// returns 2^e (1 for bf16). Every thread of the block calls both; the caller syncs after.
+// Hidden sizes past kXsXVecs vectors a thread load the rest in xs_stage_x.
+constexpr int kXsXVecs = 2;
+struct XsX {
+  uint4 v[kXsXVecs];
+};
+__device__ __forceinline__ XsX xs_load_x(const ExpertGemvParams& p) {
+  XsX x;
+  const int vecs = p.experts.hidden / 8;
+#pragma unroll
+  for (int k = 0; k < kXsXVecs; ++k) {
+    const int v = threadIdx.x + k * blockDim.x;
+    x.v[k] = v < vecs ? ld_cached16(p.x + static_cast<int64_t>(v) * 8) : make_uint4(0, 0, 0, 0);
   }
+  return x;
+}
+// 8 bf16 as f16 scaled by 2^-e (the staging's conversion).
+__device__ __forceinline__ uint4 xs_f16_scaled(const uint4& b, int e) {
+  float f[8];
+  rs::cuda::bf16x8_to_float(b, f);
+  __half2 h[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(ldexpf(f[2 * j], -e), ldexpf(f[2 * j + 1], -e));
+  return *reinterpret_cast<const uint4*>(h);
+}
+__device__ __forceinline__ float bf16x8_amax(const uint4& b, float m) {
+  float f[8];
+  rs::cuda::bf16x8_to_float(b, f);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(f[j]));
+  return m;
+}
+template <bool kFp8>
+__device__ __forceinline__ float xs_stage_x(const ExpertGemvParams& p, const XsX& x, uint8_t* act,
+                                            float* amax_scratch) {
+  const int vecs = p.experts.hidden / 8;
+  const int tail = threadIdx.x + kXsXVecs * blockDim.x;  // vectors past the registers' (wide hidden sizes)
+  int e = 0;
+  if constexpr (kFp8) {
+    float m = 0.f;
+#pragma unroll
+    for (int k = 0; k < kXsXVecs; ++k) m = bf16x8_amax(x.v[k], m);  // zero vectors past the end
+    for (int v = tail; v < vecs; v += blockDim.x) m = bf16x8_amax(ld_cached16(p.x + static_cast<int64_t>(v) * 8), m);
+    e = f16_stage_exponent(rs::cuda::block_max(m, amax_scratch));
+  }
+  auto put = [&](int v, const uint4& b) { reinterpret_cast<uint4*>(act)[v] = kFp8 ? xs_f16_scaled(b, e) : b; };
+#pragma unroll
+  for (int k = 0; k < kXsXVecs; ++k) {
+    const int v = threadIdx.x + k * blockDim.x;
+    if (v < vecs) put(v, x.v[k]);
+  }
+  for (int v = tail; v < vecs; v += blockDim.x) put(v, ld_cached16(p.x + static_cast<int64_t>(v) * 8));
+  return kFp8 ? ldexpf(1.f, e) : 1.f;
 }
 
 // A consumer warp's rows of one landed gate_up stage (st of a slot whose matrices are m): row q

@@ -19,6 +19,9 @@ struct ExpertStreamGeom {
   // The whole FFN in one launch (expert_stream_ffn.cuh): down rows of one slot a stage; the
   // shared memory at act_offset holds x, then every slot's h.
   int down_rows_per_stage = 0;
+  // The router in the launch: the consumer warps other than warp 0 start on the shared stages
+  // while warp 0 finds the routing (on unless RS_XS_ROUTE_OVERLAP=0; off, they wait for it).
+  int route_overlap = 0;
 };
 
 }  // namespace rs::kern

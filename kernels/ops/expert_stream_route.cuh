@@ -4,10 +4,16 @@
 // launch of its own between o_proj and the experts.
 //
 // Why: the router launch (the 8-block cluster of moe_router_cluster.cuh) advanced a batch-1 step
-// by 7.2 us a layer on the H200 (bf16 V2-Lite, docs/perf/cuda.md) for 0.26 MB of weights: a
-// chain of dependent trips (x, the norm, the logits, the selection) with HBM mostly idle. Inside
-// the expert launch the shared experts' stages need no routing: their copies stream while the
-// routing is found, and only the routed experts' copies wait for it.
+// by 7.2-7.9 us a layer on the H200 (V2-Lite, docs/perf/cuda.md) for 0.26 MB of weights: a chain
+// of dependent trips (x, the norm, the logits, the selection) with HBM mostly idle. Inside the
+// expert launch the shared experts' stages need no routing: their copies stream while the routing
+// is found, and only the routed experts' copies wait for it.
+// Measured (H200, V2-Lite, b1): FP8 1.857-1.874 ms a step against 1.894-1.903 with the router
+// launch, so FP8 experts take it by default (moe_decode_kernels.cu); bf16's one-launch FFN was
+// slower with it (2.13-2.15 against 2.06-2.08): its blocks, 216 KB of shared memory each, can only
+// start once o_proj's leave, where behind the router launch they start during the router. The
+// wait probe (bench forward --wait-probe) puts this chain's end, the routed copies' start, 12-15
+// us after the launch's release: each dependent trip to L2 costs 1.5-2 us here.
 //
 // How: every block computes the token's add + RMSNorm itself (xn goes straight into its shared
 // memory: the experts' x); block b the logits of experts b, b + G, ... (their rows copied into
@@ -118,19 +124,15 @@ __device__ __forceinline__ float xs_route_norm(const ExpertRouteParams& rt, uint
       const float s = rs::cuda::warp_sum(acc[r]);
       if (lane == 0) rs.red[warp][r] = s;
     }
+    rs::pdl::probe_mark(kProbeStep1);
   }
   xs_consumer_sync();  // xn in act, the partials in rs.red; rs.scratch free again
   if constexpr (!kFp8) {
     return 1.f;
   } else {
-    const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(act);
+    uint4* xv = reinterpret_cast<uint4*>(act);
     float m = 0.f;
-    for (int i = tid * 8; i < hidden; i += kXsConsumerWarps * 32 * 8) {
-      float f[8];
-      rs::cuda::bf16x8_to_float(*reinterpret_cast<const uint4*>(xb + i), f);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(f[j]));
-    }
+    for (int v = tid; v < vecs; v += kXsConsumerWarps * 32) m = bf16x8_amax(xv[v], m);
     m = rs::cuda::warp_max(m);
     if (lane == 0) rs.scratch[warp] = m;
     xs_consumer_sync();
@@ -138,15 +140,7 @@ __device__ __forceinline__ float xs_route_norm(const ExpertRouteParams& rt, uint
 #pragma unroll
     for (int w = 0; w < kXsConsumerWarps; ++w) amax = fmaxf(amax, rs.scratch[w]);
     const int e = f16_stage_exponent(amax);
-    // In place: each thread converts the 16 bytes it alone reads.
-    for (int i = tid * 8; i < hidden; i += kXsConsumerWarps * 32 * 8) {
-      float f[8];
-      rs::cuda::bf16x8_to_float(*reinterpret_cast<const uint4*>(xb + i), f);
-      __half2 h[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(ldexpf(f[2 * k], -e), ldexpf(f[2 * k + 1], -e));
-      *reinterpret_cast<uint4*>(act + static_cast<size_t>(i) * 2) = *reinterpret_cast<const uint4*>(h);
-    }
+    for (int v = tid; v < vecs; v += kXsConsumerWarps * 32) xv[v] = xs_f16_scaled(xv[v], e);  // in place, each its own
     xs_consumer_sync();
     return ldexpf(1.f, e);
   }
@@ -170,7 +164,8 @@ __device__ __forceinline__ void xs_route_select(const ExpertGemvParams& p, const
     }
     grid_count_arrive(sync);  // release: this thread's logits stores come first
     grid_count_wait(sync, gridDim.x, "expert launch's router, every block's logits", -1);
-    grid_count_depart(sync);
+    // (the departure, a returning atomic, comes after the routing: xs_route_depart)
+    rs::pdl::probe_mark(kProbeStep2);
   }
   __syncwarp();  // the acquire above orders the warp's logits loads after every block's stores
   rs::cuda::MoeRouterParams r = rt.r;
@@ -182,6 +177,7 @@ __device__ __forceinline__ void xs_route_select(const ExpertGemvParams& p, const
   float* scratch = reinterpret_cast<float*>(
       act + xs_route_scratch_offset(hidden, xs_route_rows(rt.r.experts, gridDim.x)));
   rs::cuda::moe_router_select_warp<false>(r, 0, rt.lg.logits, scratch);
+  rs::pdl::probe_mark(kProbeStep3);
   if (blockIdx.x == 0 && lane < rt.r.top_k) {
     rt.r.topk_ids[lane] = rs.ids[lane];
     rt.r.topk_weights[lane] = rs.weights[lane];
@@ -193,6 +189,12 @@ __device__ __forceinline__ void xs_route_select(const ExpertGemvParams& p, const
     mats[s][part] = expert_matrix(p.experts, sr.expert[s - ns], part);
   }
   __syncwarp();
+}
+
+// Warp 0's lane 0, once the routing is handed over: counts this block out of the logits' wait
+// (the last resets the two words). Its round trip is off the routing's path.
+__device__ __forceinline__ void xs_route_depart(unsigned* sync) {
+  if ((threadIdx.x & 31) == 0) grid_count_depart(sync);
 }
 
 // Warp 0 and the producer warp: the routing is in shared memory (named barrier 3).

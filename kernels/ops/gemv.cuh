@@ -193,11 +193,20 @@ __device__ __forceinline__ float4 gemv_norm_row_chunk(const DenseGemvParams& p, 
   gemv_norm_add(v, p.norm_delta[2], off4 + c);
   return v;
 }
-// Returns thread 0's ticket; the caller hands it to gemv_norm_epilogue after the products, so
-// the atomic's round trip overlaps the weight stream instead of delaying its start.
-// `threads`: the first `threads` threads do the arithmetic (256, add_rmsnorm_row's count, so the
-// per-thread partial sums are the same); the others (the weight-streaming GEMV's producer warp)
-// only take part in the barriers and add 0 to the block sum, which leaves it bit-identical.
+// Returns the ticket (held by thread gemv_norm_ticket_thread(threads)); the caller hands it to
+// gemv_norm_epilogue after the products, so the atomic's round trip overlaps the weight stream
+// instead of delaying its start. `threads`: the first `threads` threads do the arithmetic (256,
+// add_rmsnorm_row's count, so the per-thread partial sums are the same); the others (the
+// weight-streaming GEMV's producer warp) only take part in the barriers and add 0 to the block
+// sum, which leaves it bit-identical. Where there are such threads, the first of them takes the
+// ticket: its fence and atomic then hold up no warp that computes (H200 wait probe: the streamed
+// q/kv GEMV's inputs were ready ~5 us after its release, its first warp behind the ticket).
+// The first kNormRegs chunks of each thread stay in registers between the two passes, the norm
+// weight's with them: one round trip to L2, not three.
+constexpr int kNormRegs = 4;
+__device__ __forceinline__ int gemv_norm_ticket_thread(const DenseGemvParams& p, int threads) {
+  return threads < static_cast<int>(blockDim.x) && !p.norm_ticket_thread0 ? threads : 0;
+}
 __device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p, __nv_bfloat16* xs, int threads) {
   __shared__ float scratch[32];
   const int64_t cols = p.w[0].cols, chunks = cols / 4;
@@ -206,27 +215,47 @@ __device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p,
   for (int t = 0; t < p.m; ++t) {
     const int64_t off4 = t * chunks;
     float ss = 0.f;
-    for (int64_t c = tid; c < chunks; c += threads) {
-      const float4 v = gemv_norm_row_chunk(p, off4, c);
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    float4 v[kNormRegs], w[kNormRegs];
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k) {
+      const int64_t c = tid + static_cast<int64_t>(k) * threads;
+      if (c < chunks) {
+        v[k] = gemv_norm_row_chunk(p, off4, c);
+        w[k] = wt[c];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k)  // the same order of additions as one loop over c
+      if (tid + static_cast<int64_t>(k) * threads < chunks)
+        ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    for (int64_t c = tid + static_cast<int64_t>(kNormRegs) * threads; c < chunks; c += threads) {
+      const float4 u = gemv_norm_row_chunk(p, off4, c);
+      ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
     }
     const float inv = rsqrtf(rs::cuda::block_sum(ss, scratch) / cols + p.norm_eps);
-    for (int64_t c = tid; c < chunks; c += threads)
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k) {
+      const int64_t c = tid + static_cast<int64_t>(k) * threads;
+      if (c < chunks) reinterpret_cast<uint2*>(xs)[off4 + c] = rs::cuda::rmsnorm_bf16x4(v[k], inv, w[k]);
+    }
+    for (int64_t c = tid + static_cast<int64_t>(kNormRegs) * threads; c < chunks; c += threads)
       reinterpret_cast<uint2*>(xs)[off4 + c] = rs::cuda::rmsnorm_bf16x4(gemv_norm_row_chunk(p, off4, c), inv, wt[c]);
   }
   __syncthreads();  // every read of the old residual is done; xs is complete
   unsigned ticket = 0;
-  if (threadIdx.x == 0) {
+  if (static_cast<int>(threadIdx.x) == gemv_norm_ticket_thread(p, threads)) {
     __threadfence();
     ticket = atomicAdd(p.norm_counter, 1u);
   }
   return ticket;
 }
-// blocks: how many blocks took a ticket (the grid, or the decode megakernel's CTAs).
+// blocks: how many blocks took a ticket (the grid, or the decode megakernel's CTAs); threads: the
+// prologue's.
 __device__ __forceinline__ void gemv_norm_epilogue(const DenseGemvParams& p, const __nv_bfloat16* xs,
-                                                   unsigned ticket, unsigned blocks = gridDim.x) {
+                                                   unsigned ticket, unsigned blocks = gridDim.x,
+                                                   int threads = blockDim.x) {
   __shared__ unsigned last;
-  if (threadIdx.x == 0) last = ticket == blocks - 1;
+  if (static_cast<int>(threadIdx.x) == gemv_norm_ticket_thread(p, threads)) last = ticket == blocks - 1;
   __syncthreads();
   if (!last) return;
   const int64_t chunks = p.w[0].cols / 4;

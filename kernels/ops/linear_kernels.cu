@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/common/carveout.h"
+#include "kernels/common/env_int.h"
 #include "kernels/common/sm_count.h"
 #include "kernels/common/smem_optin.h"
 #include "kernels/ops/gemm.cuh"
@@ -31,6 +32,7 @@ __global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<RPW, MT>())
     gemv_dense_kernel(const __grid_constant__ DenseGemvParams p) {
   __shared__ float red[kGemvWarps * RPW * MT];
   gemv_dense_op<kFp8, RPW, MT, U, kPdl, OutT>(p, red);
+  if constexpr (kPdl) pdl_probe_mark(kProbeEnd);
 }
 
 // The same GEMV with the attention input's add + RMSNorm as its prologue (few tokens: the
@@ -41,6 +43,7 @@ __global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<RPW, MT>())
   __shared__ float red[kGemvWarps * RPW * MT];
   __shared__ __align__(16) __nv_bfloat16 xs[kGemvNormMaxElems];
   gemv_dense_op<kFp8, RPW, MT, U, kPdl, __nv_bfloat16, true>(p, red, xs);
+  if constexpr (kPdl) pdl_probe_mark(kProbeEnd);
 }
 
 // The weight-streaming GEMV (gemv_stream.cuh): one block per SM, a bulk-copy ring.
@@ -209,6 +212,8 @@ bool gemv_stream_launch(DenseGemvParams p, int sm_count, cudaStream_t s) {
     if (int64_t(p.m) * cols > kGemvNormMaxElems || cols % 4 != 0) return false;
     p.norm_counter = gemv_norm_counter();
     if (!p.norm_counter) return false;
+    static const int ticket0 = env_int("RS_GEMV_TICKET0", 0, 0, 1);
+    p.norm_ticket_thread0 = ticket0;
   } else if (!p.x || !aligned_to(p.x, 16)) {
     return false;
   }

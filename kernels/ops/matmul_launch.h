@@ -59,6 +59,7 @@ struct DenseGemvParams {
   const float* norm_weight = nullptr;      // [cols]
   float norm_eps = 0.f;
   unsigned* norm_counter = nullptr;
+  int norm_ticket_thread0 = 0;  // A/B (RS_GEMV_TICKET0): the ticket on thread 0 even beside idle threads
 };
 // Largest m * cols the norm prologue holds in shared memory (bf16), and its largest m.
 constexpr int64_t kGemvNormMaxElems = 8192;

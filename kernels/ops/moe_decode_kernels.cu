@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>()) expert_d
   __shared__ float red[kGemvWarps * DR * MT];
   extern __shared__ __align__(16) uint8_t f16_smem[];
   fused_down_op<kFp8, MT, U, DR, kF16>(p, sr, red, launch_work_grid(), reinterpret_cast<__half*>(f16_smem));
+  pdl_probe_mark(kProbeEnd);
 }
 
 // The one-token streaming launches' grid-wide wait counters (expert_stream_ffn.cuh): zero at
@@ -138,6 +139,7 @@ constexpr uint32_t kXsSmemBudget = 216 * 1024;  // + the kernel's static shared 
 // Copies before griddepcontrol.wait: more held the router before it back (H200: all four bf16
 // stages, 192 KB an SM, 2.17 ms a step against 2.16 with two).
 constexpr uint32_t kXsPrewaitBytes = 96 * 1024;
+const int g_route_overlap = env_int("RS_XS_ROUTE_OVERLAP", 1, 0, 1);
 
 uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
 
@@ -169,6 +171,7 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   g.smem_bytes = g.act_offset + act_bytes;
   g.prewait_stages = static_cast<int>(std::max<uint32_t>(1u, kXsPrewaitBytes / g.stage_bytes));
   g.down_rows_per_stage = ffn ? static_cast<int>(g.stage_bytes / (inter * esize)) : 0;
+  g.route_overlap = g_route_overlap;
   if (ffn && g.down_rows_per_stage < 1) return false;
   return true;
 }
