@@ -202,8 +202,13 @@ __device__ __forceinline__ float4 gemv_norm_row_chunk(const DenseGemvParams& p, 
 // ticket: its fence and atomic then hold up no warp that computes (H200 wait probe: the streamed
 // q/kv GEMV's inputs were ready ~5 us after its release, its first warp behind the ticket).
 // The first kNormRegs chunks of each thread stay in registers between the two passes, the norm
-// weight's with them: one round trip to L2, not three.
+// weight's with them: one round trip to L2, not three. Not in the decode megakernel, whose
+// registers are full (its stack frame grew from 1200 to 1584 bytes with them).
+#ifdef RS_MEGAKERNEL_TU
+constexpr int kNormRegs = 0;
+#else
 constexpr int kNormRegs = 4;
+#endif
 __device__ __forceinline__ int gemv_norm_ticket_thread(const DenseGemvParams& p, int threads) {
   return threads < static_cast<int>(blockDim.x) && !p.norm_ticket_thread0 ? threads : 0;
 }
@@ -215,7 +220,7 @@ __device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p,
   for (int t = 0; t < p.m; ++t) {
     const int64_t off4 = t * chunks;
     float ss = 0.f;
-    float4 v[kNormRegs], w[kNormRegs];
+    float4 v[kNormRegs > 0 ? kNormRegs : 1], w[kNormRegs > 0 ? kNormRegs : 1];
 #pragma unroll
     for (int k = 0; k < kNormRegs; ++k) {
       const int64_t c = tid + static_cast<int64_t>(k) * threads;
