@@ -7,7 +7,7 @@
 
 namespace rs::kern {
 
-// One block's record: its wait (tag 0), or a mark a kernel sets after the wait (tags 1..4,
+// One block's record: its wait (tag 0), or a mark a kernel sets after the wait (tags 1..7,
 // time in exit_ns; kernels/common/pdl.cuh probe_mark). Record 0 of an armed buffer is a header
 // whose `grid` counts the records taken (kWaitProbeSlots a block; unused marks have grid 0).
 struct WaitProbeRecord {
@@ -24,9 +24,9 @@ constexpr int kProbeInputReady = 1;  // the kernel's inputs are in shared memory
 constexpr int kProbeMainDone = 2;    // this block's main loop (its share of the weights) is done
 constexpr int kProbeGridWait = 3;    // a grid-wide wait inside the launch has passed
 constexpr int kProbeEnd = 4;         // thread 0 is done
-constexpr int kProbeStep1 = 5;       // finer steps of one kernel's own (expert_stream_route.cuh: norm
-constexpr int kProbeStep2 = 6;       // and logits partials done, every block's logits in, selection
-constexpr int kProbeStep3 = 7;       // done)
+constexpr int kProbeStep1 = 5;       // finer steps, each kernel's own: the router in the expert
+constexpr int kProbeStep2 = 6;       // launch (norm and logit partials, every block's logits, the
+constexpr int kProbeStep3 = 7;       // selection); the cluster router (logits, cluster barrier, selection)
 
 // Whether this binary was built with RS_WAIT_PROBE.
 bool wait_probe_built();

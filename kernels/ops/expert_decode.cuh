@@ -76,28 +76,36 @@ __device__ __forceinline__ uint4 ld_x16(const __nv_bfloat16* x) {
   else return ld_cached16(x);
 }
 
+// Eight bf16 (16 bytes) as f16 scaled by 2^-e: the staging's one conversion.
+__device__ __forceinline__ uint4 bf16x8_to_f16_scaled(const uint4& b, int e) {
+  float f[8];
+  rs::cuda::bf16x8_to_float(b, f);
+  __half2 h[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(ldexpf(f[2 * k], -e), ldexpf(f[2 * k + 1], -e));
+  return *reinterpret_cast<const uint4*>(h);
+}
+
+// max(m, |each of eight bf16|).
+__device__ __forceinline__ float bf16x8_amax(const uint4& b, float m) {
+  float f[8];
+  rs::cuda::bf16x8_to_float(b, f);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
+  return m;
+}
+
 // xs[i] = x[i] 2^-e as f16, shared by `threads` threads of which this is `tid`.
 template <bool kCoherent = false>
 __device__ __forceinline__ void stage_f16(const __nv_bfloat16* x, int n, int e, __half* xs, int tid, int threads) {
-  for (int i = tid * 8; i < n; i += threads * 8) {
-    float f[8];
-    rs::cuda::bf16x8_to_float(ld_x16<kCoherent>(x + i), f);
-    __half2 h[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(ldexpf(f[2 * k], -e), ldexpf(f[2 * k + 1], -e));
-    *reinterpret_cast<uint4*>(xs + i) = *reinterpret_cast<const uint4*>(h);
-  }
+  for (int i = tid * 8; i < n; i += threads * 8)
+    *reinterpret_cast<uint4*>(xs + i) = bf16x8_to_f16_scaled(ld_x16<kCoherent>(x + i), e);
 }
 
 template <bool kCoherent = false>
 __device__ __forceinline__ float amax_bf16(const __nv_bfloat16* x, int n, int tid, int threads) {
   float m = 0.f;
-  for (int i = tid * 8; i < n; i += threads * 8) {
-    float f[8];
-    rs::cuda::bf16x8_to_float(ld_x16<kCoherent>(x + i), f);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
-  }
+  for (int i = tid * 8; i < n; i += threads * 8) m = bf16x8_amax(ld_x16<kCoherent>(x + i), m);
   return m;
 }
 

@@ -48,19 +48,23 @@ struct XsSlotMatrices {
 
 // The first `parts` matrices (gate, up[, down]) of slots [first, last) into shared memory: shared
 // experts' views come from the parameters (known before the wait), routed experts' from the
-// device arrays (after the routing). Ends with __syncthreads.
+// device arrays (after the routing). Ends with __syncthreads, or with kWarp (one warp loads them,
+// the in-launch router's warp 0) __syncwarp.
 // (Every routed expert's pointers loaded into shared memory before the wait, to save this load's
 // round trip after the routing, made the step slower: H200, V2-Lite bf16, 2.08-2.12 against
 // 2.06-2.08 ms, 2026-11-30.)
+template <bool kWarp = false>
 __device__ __forceinline__ void xs_slot_matrices(const ExpertGemvParams& p, const SmallRouting& sr, int first,
                                                  int last, int parts, rs::cuda::DeviceMatrix (*mats)[3]) {
   const int ns = p.experts.n_shared;
-  for (int i = threadIdx.x; i < (last - first) * parts; i += blockDim.x) {
+  const int tid = kWarp ? threadIdx.x & 31 : threadIdx.x, threads = kWarp ? 32 : blockDim.x;
+  for (int i = tid; i < (last - first) * parts; i += threads) {
     const int s = first + i / parts, part = i % parts;  // kPartGate, kPartUp, kPartDown
     const int e = s < ns ? p.experts.num_experts + s : sr.expert[s - ns];
     mats[s][part] = expert_matrix(p.experts, e, part);
   }
-  __syncthreads();
+  if constexpr (kWarp) __syncwarp();
+  else __syncthreads();
 }
 
 __device__ __forceinline__ bool xs_slot_active(const ExpertGemvParams& p, const SmallRouting& sr, int s) {
@@ -156,22 +160,6 @@ __device__ __forceinline__ XsX xs_load_x(const ExpertGemvParams& p) {
   }
   return x;
 }
-// 8 bf16 as f16 scaled by 2^-e (the staging's conversion).
-__device__ __forceinline__ uint4 xs_f16_scaled(const uint4& b, int e) {
-  float f[8];
-  rs::cuda::bf16x8_to_float(b, f);
-  __half2 h[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(ldexpf(f[2 * j], -e), ldexpf(f[2 * j + 1], -e));
-  return *reinterpret_cast<const uint4*>(h);
-}
-__device__ __forceinline__ float bf16x8_amax(const uint4& b, float m) {
-  float f[8];
-  rs::cuda::bf16x8_to_float(b, f);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(f[j]));
-  return m;
-}
 template <bool kFp8>
 __device__ __forceinline__ float xs_stage_x(const ExpertGemvParams& p, const XsX& x, uint8_t* act,
                                             float* amax_scratch) {
@@ -185,7 +173,7 @@ __device__ __forceinline__ float xs_stage_x(const ExpertGemvParams& p, const XsX
     for (int v = tail; v < vecs; v += blockDim.x) m = bf16x8_amax(ld_cached16(p.x + static_cast<int64_t>(v) * 8), m);
     e = f16_stage_exponent(rs::cuda::block_max(m, amax_scratch));
   }
-  auto put = [&](int v, const uint4& b) { reinterpret_cast<uint4*>(act)[v] = kFp8 ? xs_f16_scaled(b, e) : b; };
+  auto put = [&](int v, const uint4& b) { reinterpret_cast<uint4*>(act)[v] = kFp8 ? bf16x8_to_f16_scaled(b, e) : b; };
 #pragma unroll
   for (int k = 0; k < kXsXVecs; ++k) {
     const int v = threadIdx.x + k * blockDim.x;

@@ -140,7 +140,7 @@ __device__ __forceinline__ float xs_route_norm(const ExpertRouteParams& rt, uint
 #pragma unroll
     for (int w = 0; w < kXsConsumerWarps; ++w) amax = fmaxf(amax, rs.scratch[w]);
     const int e = f16_stage_exponent(amax);
-    for (int v = tid; v < vecs; v += kXsConsumerWarps * 32) xv[v] = xs_f16_scaled(xv[v], e);  // in place, each its own
+    for (int v = tid; v < vecs; v += kXsConsumerWarps * 32) xv[v] = bf16x8_to_f16_scaled(xv[v], e);  // in place, each its own
     xs_consumer_sync();
     return ldexpf(1.f, e);
   }
@@ -184,11 +184,7 @@ __device__ __forceinline__ void xs_route_select(const ExpertGemvParams& p, const
   }
   small_routing<true>(p, sr, rs.ids, rs.weights);
   const int ns = p.experts.n_shared;
-  for (int i = lane; i < sr.n_active * parts; i += 32) {
-    const int s = ns + i / parts, part = i % parts;
-    mats[s][part] = expert_matrix(p.experts, sr.expert[s - ns], part);
-  }
-  __syncwarp();
+  xs_slot_matrices<true>(p, sr, ns, ns + sr.n_active, parts, mats);
 }
 
 // Warp 0's lane 0, once the routing is handed over: counts this block out of the logits' wait

@@ -247,7 +247,11 @@ void run_forward(const ForwardArgs& a) {
                 "    grid-wide wait passed, done, a kernel's own steps) after the release; medians over launches (us)\n");
     std::printf("    %9s %6s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s  %s\n", "advance", "count", "median", "late", "spread",
                 "input", "main", "grid", "end", "s1", "s2", "s3", "kernel");
-    auto mk = [](double v) { return v < 0 ? std::string("-") : std::to_string(v).substr(0, std::to_string(v).find('.') + 3); };
+    auto mk = [](double v) {  // a mark's median, "-" where the kernel sets none
+      char b[32] = "-";
+      if (v >= 0) std::snprintf(b, sizeof b, "%.2f", v);
+      return std::string(b);
+    };
     for (const ProbeSummary& s : probe_summary(launches))
       std::printf("    %9.1f %6d %8.2f %7.2f %7.2f %7s %7s %7s %7s %7s %7s %7s  %s\n", s.advance_total_us, s.count,
                   s.advance_median_us, s.late_median_us, s.spread_median_us, mk(s.mark_median_us[1]).c_str(),

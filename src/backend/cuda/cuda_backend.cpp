@@ -129,11 +129,14 @@ class CudaBackend final : public Backend {
     const cudaError_t err = cudaStreamSynchronize(stream_);
     kern::wait_probe_arm(nullptr, 0);
     RS_CUDA(err);
-    std::vector<kern::WaitProbeRecord> rec(kCapacity);
-    RS_CUDA(cudaMemcpy(rec.data(), buf.get(), buf.bytes(), cudaMemcpyDeviceToHost));
-    const uint64_t n = rec[0].grid;
+    kern::WaitProbeRecord header;  // its grid field counts the records taken
+    RS_CUDA(cudaMemcpy(&header, buf.get(), sizeof header, cudaMemcpyDeviceToHost));
+    const uint64_t n = header.grid;
     if (n + 1 > kCapacity) throw Error("wait probe: more than " + std::to_string(kCapacity - 1) + " records");
-    return std::vector<kern::WaitProbeRecord>(rec.begin() + 1, rec.begin() + 1 + n);
+    std::vector<kern::WaitProbeRecord> rec(n);
+    RS_CUDA(cudaMemcpy(rec.data(), buf.get<kern::WaitProbeRecord>() + 1, n * sizeof(kern::WaitProbeRecord),
+                       cudaMemcpyDeviceToHost));
+    return rec;
   }
 
   CudaStepTraffic last_traffic() {

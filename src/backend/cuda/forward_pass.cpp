@@ -562,36 +562,34 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     RS_OP("add+rmsnorm + router + moe_experts (one launch)");
     routed_in = moe_experts_routed(ex, kern::ExpertRouteParams{lg, r, nin}, mlp_out_.get<__nv_bfloat16>(), mws, stream);
   }
-  if (routed_in) {
-    // the router and the experts are in flight
-  } else if (attn_delta) {  // router_takes_norm(layer, n): add + RMSNorm, logits and selection in one launch
-    RS_OP("add+rmsnorm + router logits + selection (fused)");
-    if (rec_) rec_->router(lg, r, router_counters_.get<int>(), nin);
-    // The 8-block cluster router (1-2 tokens) where the step gains from it (H200, V2-Lite,
-    // docs/perf/cuda.md "Seventh session"): before one token's streamed gate_up, whose 216 KB
-    // blocks cannot share an SM with the 64-block router's (bf16 2.16 against 2.26 ms a step),
-    // and with FP8 experts (b1 with the register gate_up: 1.975 against 2.018 ms). Before bf16's
-    // register gate_up it lost (2.230 against 2.214 ms).
-    else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin,
-                                 ex.type == WeightType::FP8_E4M3_BLOCK ||
-                                     kern::expert_stream_takes(ex, n, s.num_experts_per_tok));
-  } else {
-    if (rec_) throw MegaUnsupported("a router without the fused norm");
-    { RS_OP("router logits (gemv)"); launch_lm_head(lg, stream); }
-    { RS_OP("moe router"); launch_moe_router(r, stream); }
-  }
-  if (routed_in) {
-    // (above)
-  } else if (rec_) {
+  if (!routed_in) {  // the router and the experts as launches of their own
+    if (attn_delta) {  // router_takes_norm(layer, n): add + RMSNorm, logits and selection in one launch
+      RS_OP("add+rmsnorm + router logits + selection (fused)");
+      if (rec_) rec_->router(lg, r, router_counters_.get<int>(), nin);
+      // The 8-block cluster router (1-2 tokens) where the step gains from it (H200, V2-Lite,
+      // docs/perf/cuda.md "Seventh session"): before one token's streamed gate_up, whose 216 KB
+      // blocks cannot share an SM with the 64-block router's (bf16 2.16 against 2.26 ms a step),
+      // and with FP8 experts (b1 with the register gate_up: 1.975 against 2.018 ms). Before bf16's
+      // register gate_up it lost (2.230 against 2.214 ms).
+      else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin,
+                                   ex.type == WeightType::FP8_E4M3_BLOCK ||
+                                       kern::expert_stream_takes(ex, n, s.num_experts_per_tok));
+    } else {
+      if (rec_) throw MegaUnsupported("a router without the fused norm");
+      { RS_OP("router logits (gemv)"); launch_lm_head(lg, stream); }
+      { RS_OP("moe router"); launch_moe_router(r, stream); }
+    }
     RS_OP(ex.n_shared ? "moe_experts + shared" : "moe_experts");
-    kern::ExpertGemvParams ep;
-    if (!moe_experts_decode_params(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
-                                   mlp_out_.get<__nv_bfloat16>(), mws, &ep))
-      throw MegaUnsupported("experts the few-token expert kernels do not take");
-    rec_->experts(ep);
-  } else {
-    moe_experts(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
-                mlp_out_.get<__nv_bfloat16>(), mws, stream);
+    if (rec_) {
+      kern::ExpertGemvParams ep;
+      if (!moe_experts_decode_params(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
+                                     mlp_out_.get<__nv_bfloat16>(), mws, &ep))
+        throw MegaUnsupported("experts the few-token expert kernels do not take");
+      rec_->experts(ep);
+    } else {
+      moe_experts(ex, xn_.get<__nv_bfloat16>(), n, s.num_experts_per_tok, ids, topk_w_.get<float>(),
+                  mlp_out_.get<__nv_bfloat16>(), mws, stream);
+    }
   }
   *d0 = mlp_out_.get<__nv_bfloat16>();
   *d1 = nullptr;
