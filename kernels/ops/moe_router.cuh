@@ -19,7 +19,9 @@ __host__ __device__ inline int router_warp_scratch_floats(int experts) { return 
 __device__ __forceinline__ int warp_argmax(const float* v, int n) {
   const int lane = threadIdx.x & 31;
   float best = -INFINITY;
-  int idx = 0x7fffffff;
+  // 0, not past the end: a row of NaN or -inf (a broken checkpoint) still selects an index inside
+  // the row, which the callers use to address shared memory.
+  int idx = 0;
   for (int i = lane; i < n; i += 32)
     if (v[i] > best) { best = v[i]; idx = i; }
 #pragma unroll

@@ -216,6 +216,31 @@ TEST_CASE("moe router: softmax/sigmoid x greedy/group_limited/noaux_tc select as
   }
 }
 
+TEST_CASE("moe router: rows of NaN or -inf logits (a broken checkpoint) select ids inside the row, no fault") {
+  if (skip_without_gpu("moe router, non-finite logits")) return;
+  const RouterCase cases[] = {
+      {rs::ScoringFunc::Softmax, rs::TopkMethod::Greedy, 64, 6, 1, 1, 0, false, 1.0, false},
+      {rs::ScoringFunc::Sigmoid, rs::TopkMethod::NoauxTc, 256, 8, 8, 4, 0, true, 2.5, true},
+  };
+  for (const RouterCase& c : cases) {
+    const int n = 3;  // a NaN row, a -inf row, a row with one NaN among finite logits
+    std::vector<float> logits(size_t(n) * c.E, std::nanf("")), bias(c.E, 0.f);
+    for (int e = 0; e < c.E; ++e) logits[size_t(c.E) + e] = -INFINITY;
+    for (int e = 0; e < c.E; ++e) logits[size_t(2) * c.E + e] = e == 3 ? std::nanf("") : 0.01f * float(e);
+    Dev<float> dlog(logits), dbias(bias), dwt(size_t(n) * c.k);
+    Dev<int32_t> dids(size_t(n) * c.k);
+    cu::MoeRouterParams p = router_params(c, dlog.ptr, dbias.ptr, n, dids.ptr, dwt.ptr);
+    cu::launch_moe_router(p, 0);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // an index past the row would fault here
+    const auto ids = dids.host();
+    INFO("E " << c.E << " k " << c.k);
+    for (int32_t id : ids) {
+      CHECK(id >= 0);
+      CHECK(id < c.E);
+    }
+  }
+}
+
 // Runs the GPU sampler (logit pre-pass + per-row kernel) over rows of `logits`; also checks that
 // the penalty scratch is left zero, as the kernel promises its next caller.
 static std::vector<cu::SampleResult> sample_on_gpu(const std::vector<float>& logits, const std::vector<cu::SampleRow>& rows,
