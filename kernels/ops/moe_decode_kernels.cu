@@ -9,7 +9,6 @@
 #include "kernels/common/sm_count.h"
 #include "kernels/common/smem_optin.h"
 #include "kernels/ops/expert_decode.cuh"
-#include "kernels/ops/expert_down_bulk.cuh"
 #include "kernels/ops/expert_gemm.cuh"
 #include "kernels/ops/expert_stream_ffn.cuh"
 #include "kernels/ops/matmul_launch.h"
@@ -60,14 +59,6 @@ __global__ void __launch_bounds__(kXsThreads, 1)
                                  const __grid_constant__ ExpertRouteParams rt) {
   extern __shared__ __align__(128) uint8_t xs_smem[];
   expert_stream_op<kFp8, kXsStages, false, kRoute>(p, g, xs_smem, g_xs_sync, rt);
-}
-
-template <bool kFp8>
-__global__ void __launch_bounds__(kDownBulkThreads, 1)
-    expert_down_bulk_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertDownBulkGeom g) {
-  extern __shared__ __align__(128) uint8_t db_smem[];
-  expert_down_bulk_op<kFp8>(p, g, db_smem);
-  pdl_probe_mark(kProbeEnd);
 }
 
 template <bool kFp8, bool kRoute>
@@ -222,36 +213,9 @@ bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStrea
   return true;
 }
 
-// One token's down with a block's whole share of the weights copied at once (expert_down_bulk.cuh)
-// where it fits one block an SM; RS_DOWN_BULK=0 keeps the register down kernel (A/B runs).
-bool g_down_bulk = env_int("RS_DOWN_BULK", 0, 0, 1) == 1;
-
-template <bool kFp8>
-bool launch_expert_down_bulk(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
-  const int hidden = p.experts.hidden, inter = p.experts.inter;
-  const int slots = p.experts.n_shared + std::min(p.experts.num_experts, p.top_k);
-  if (p.m != 1 || slots > kXsMaxSlots || hidden < 1 || inter < 1 || inter % (kFp8 ? 16 : 8)) return false;
-  const int grid = std::min(sm_count, hidden);
-  ExpertDownBulkGeom g;
-  g.rows = (hidden + grid - 1) / grid;
-  if (g.rows > kDownBulkWarps * kXsDownRowsPerWarp) return false;
-  const int64_t slot_bytes = (int64_t(g.rows) * inter * (kFp8 ? 1 : 2) + 127) / 128 * 128;
-  const int64_t smem = slots * slot_bytes + (int64_t(slots) * inter * 2 + 127) / 128 * 128;
-  if (smem > kXsSmemBudget) return false;
-  g.slot_bytes = static_cast<uint32_t>(slot_bytes);
-  g.h_offset = static_cast<uint32_t>(slots * slot_bytes);
-  g.smem_bytes = static_cast<uint32_t>(smem);
-  auto* k = expert_down_bulk_kernel<kFp8>;
-  if (!allow_dynamic_smem(k, static_cast<int>(smem)) || resident_blocks_exact(k, kDownBulkThreads, smem) < 1)
-    return false;
-  launch_pdl(k, dim3(grid), dim3(kDownBulkThreads), g.smem_bytes, s, p, g);
-  return true;
-}
-
 // The register kernels' launches of `which`.
 template <bool kFp8, int MT>
 void register_parts(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsigned which) {
-  if (MT == 1 && which == 2u && g_down_bulk && launch_expert_down_bulk<kFp8>(p, sm_count, s)) return;
   if constexpr (kFp8 && MT == 1) {  // (two tokens: the larger items spill, measured slower)
     const size_t smem_gu = size_t(p.experts.hidden) * 2;
     const size_t smem_d = size_t(p.experts.n_shared + std::min(p.experts.num_experts, p.top_k)) * p.experts.inter * 2;
@@ -327,8 +291,6 @@ int route_in_experts() { return g_route_in_experts; }
 void set_expert_decode(bool on) { g_expert_decode = on; }
 void set_expert_stream(bool on) { g_expert_stream = on; }
 void set_expert_ffn(int mode) { g_expert_ffn = mode; }
-void set_down_bulk(bool on) { g_down_bulk = on; }
-bool down_bulk() { return g_down_bulk; }
 int expert_ffn() { return g_expert_ffn; }
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k) {
   ExpertStreamGeom g;

@@ -46,11 +46,6 @@ void set_expert_stream(bool on);
 // register down kernel.
 void set_expert_ffn(int mode);
 int expert_ffn();
-// With the streamed gate_up and the register down (FP8 by default): one token's down with a
-// block's whole share of the weights copied at once (expert_down_bulk.cuh) where it fits one
-// block an SM (environment RS_DOWN_BULK starts it on or off).
-void set_down_bulk(bool on);
-bool down_bulk();
 // Whether moe_experts() runs m tokens of `experts` (its shared experts folded in as set) with the
 // streaming gate_up: the forward pass picks the router in front of it by this.
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k);
