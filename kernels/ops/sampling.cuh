@@ -192,7 +192,8 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
       for (int i = i0; i < i1; ++i)
         if (w[i] > bv) { bv = w[i]; bi = i; }
       const int c = block_argmax(bv, bi, S).i;
-      if (threadIdx.x == 0) chosen_s = c;
+      // No value above -inf (a NaN row): the first id, as the CPU sampler's argmax, never 0x7fffffff.
+      if (threadIdx.x == 0) chosen_s = c == 0x7fffffff ? 0 : c;
     }
   } else {
     float mx = -INFINITY;
@@ -307,7 +308,8 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
       if (threadIdx.x == 0) {
         int m = -1;
         for (int k = 0; k < (int)(blockDim.x >> 5); ++k) m = max(m, S.i[k]);
-        chosen_s = m;
+        // Nothing kept (a NaN row): the raw argmax, as the CPU sampler falls back to its argmax.
+        chosen_s = m >= 0 ? m : row_stats.argmax;
       }
     }
   }
@@ -327,7 +329,8 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
       for (int q = 0; q < k; ++q) skip |= taken[q] == i;
       if (!skip && raw[i] > bv) { bv = raw[i]; bi = i; }
     }
-    const int c = block_argmax(bv, bi, S).i;
+    const int c0 = block_argmax(bv, bi, S).i;
+    const int c = c0 == 0x7fffffff ? k : c0;  // a NaN row: some id inside it, not past the end
     if (threadIdx.x == 0) {
       taken[k] = c;
       out->top_ids[k] = c;

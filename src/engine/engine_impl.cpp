@@ -400,7 +400,10 @@ void EngineImpl::step() {
     sched_->commit(s, sc.num_tokens);
     if (!sc.sample) continue;
     if (!results[i].token || results[i].token->id < 0 || results[i].token->id >= vocab_) {
-      fail_request(s->request, "backend returned no valid token for sequence " + std::to_string(s->seq_id));
+      fail_request(s->request, "backend returned no valid token for sequence " + std::to_string(s->seq_id) +
+                                   (results[i].token ? " (id " + std::to_string(results[i].token->id) + ", vocabulary " +
+                                                           std::to_string(vocab_) + ")"
+                                                     : std::string()));
       continue;
     }
     on_sampled(s, *results[i].token, now);

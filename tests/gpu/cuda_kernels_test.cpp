@@ -352,6 +352,51 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
   }
 }
 
+TEST_CASE("sampler: rows of NaN logits (a broken checkpoint) give ids inside the vocabulary, greedy as the host sampler") {
+  if (skip_without_gpu("sampler, NaN logits")) return;
+  const int V = 3000;
+  std::vector<rs::SamplingParams> ps(5);
+  ps[0].temperature = 0;           // plain greedy: the pre-pass's argmax
+  ps[1].temperature = 0;           // greedy through the penalties
+  ps[1].repetition_penalty = 1.3f;
+  ps[1].logprobs = 3;
+  ps[2].temperature = 0.9f;        // sampling, nothing truncated
+  ps[2].seed = 7;
+  ps[3].temperature = 0.8f;        // sampling with top-p and top-k
+  ps[3].top_p = 0.9f;
+  ps[3].top_k = 20;
+  ps[3].seed = 8;
+  ps[3].logprobs = 2;
+  ps[4].temperature = 1.0f;
+  ps[4].min_p = 0.1f;
+  ps[4].seed = 9;
+  const int R = int(ps.size());
+  const std::vector<float> logits(size_t(R) * V, std::nanf(""));
+  std::vector<rs::SamplingState> states(R);
+  std::vector<cu::SampleRow> rows(R);
+  for (int r = 0; r < R; ++r) {
+    states[r].params = &ps[r];
+    states[r].draw_index = uint64_t(r);
+    rows[r] = cu::sample_row_of(ps[r], states[r].draw_index, r);
+  }
+  auto got = sample_on_gpu(logits, rows, {0}, V);  // an index past the row would fault in here
+  for (int r = 0; r < R; ++r) {
+    rs::SampledToken ref = rs::sample_token(std::span<const float>(&logits[size_t(r) * V], V), states[r]);
+    INFO("row " << r);
+    CHECK(got[r].id >= 0);
+    CHECK(got[r].id < V);
+    // Greedy takes the first id on both. Sampling keeps no token on the GPU (no probability
+    // compares >= 0) and falls back to the raw argmax, the first id; the host's cumulative walk
+    // never passes its NaN target and ends on the last token it kept: both inside the row, which
+    // is all a NaN row can ask for.
+    if (ps[r].temperature == 0) CHECK(got[r].id == ref.id);
+    for (int k = 0; k < std::min(ps[r].logprobs, cu::kMaxTopLogprobs); ++k) {
+      CHECK(got[r].top_ids[k] >= 0);
+      CHECK(got[r].top_ids[k] < V);
+    }
+  }
+}
+
 TEST_CASE("sampler: a real-size vocabulary through the segment pre-pass (ties across segments, -inf segments)") {
   if (skip_without_gpu("sampler at V = 102403")) return;
   const int V = 102403;  // not a multiple of the segment length: the last segment is short

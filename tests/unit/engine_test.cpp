@@ -323,6 +323,23 @@ TEST_CASE("a backend failure ends the requests in that step with an error and th
   CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used == 0; }));
 }
 
+TEST_CASE("a sampled id outside the vocabulary ends that choice with an error and the engine keeps serving") {
+  Fixture f;
+  f.fake->set_script({5, 101, 7});  // 101: one past the fake vocabulary (what a NaN logits row could give)
+  auto c = collect(*f.engine->submit(greedy_request(make_prompt(6, 1), 4)));
+  REQUIRE_FALSE(c.timed_out);
+  CHECK(c.choices[0].finish == FinishReason::Error);
+  CHECK_MESSAGE(c.choices[0].error.find("no valid token for sequence") != std::string::npos, c.choices[0].error);
+  CHECK_MESSAGE(c.choices[0].error.find("(id 101, vocabulary 101)") != std::string::npos, c.choices[0].error);
+  CHECK(c.choices[0].tokens == std::vector<int32_t>{5});
+  f.fake->set_script({});
+  auto p = make_prompt(6, 2);
+  auto ok = collect(*f.engine->submit(greedy_request(p, 4)));
+  CHECK(ok.choices[0].tokens == fake_reference(p, greedy_request(p, 4).sampling, 4, 101));
+  CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used == 0; }));
+  CHECK(f.fake->violations().empty());
+}
+
 TEST_CASE("submit rejects bad requests with the numbers") {
   EngineConfig cfg;
   cfg.max_model_len = 64;
