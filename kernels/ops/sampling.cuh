@@ -46,12 +46,16 @@ __device__ __forceinline__ T block_exclusive_scan(T v, T* shared /* [blockDim] *
   return incl - v;
 }
 
-// Highest value, lowest index on ties, over the block (every thread gets both).
+// Highest value, lowest index on ties, over the block (every thread gets both). A thread starts
+// its idx at kNoId, which loses every tie; where no thread saw a value above -inf (a row of -inf,
+// or of NaN from broken weights) the result is `none`, an index inside the caller's row, never the
+// sentinel (which the callers would use to index the row).
+constexpr int kNoId = 0x7fffffff;
 struct BlockBest {
   float v;
   int i;
 };
-__device__ __forceinline__ BlockBest block_argmax(float v, int idx, Scratch& s) {
+__device__ __forceinline__ BlockBest block_argmax(float v, int idx, Scratch& s, int none) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -66,7 +70,7 @@ __device__ __forceinline__ BlockBest block_argmax(float v, int idx, Scratch& s) 
   for (int k = 1; k < nw; ++k)
     if (s.best_v[k] > bv || (s.best_v[k] == bv && s.best_i[k] < bi)) { bv = s.best_v[k]; bi = s.best_i[k]; }
   __syncthreads();
-  return {bv, bi};
+  return {bv, bi == kNoId ? none : bi};
 }
 
 // One segment of one row's raw logits: its max (lowest id on ties; the segment's first id when
@@ -80,13 +84,13 @@ __device__ __forceinline__ void logit_stats_segment(const SamplingParamsDev& p, 
   const int s0 = seg * len, s1 = min(V, s0 + len);
   const float* raw = p.logits + static_cast<int64_t>(p.rows[b].logits_row) * V;
   float bv = -INFINITY;
-  int bi = 0x7fffffff;
+  int bi = kNoId;
   for (int i = s0 + threadIdx.x; i < s1; i += blockDim.x) {
     const float v = raw[i];
     if (v > bv) { bv = v; bi = i; }
   }
-  const BlockBest best = block_argmax(bv, bi, S);
-  const int arg = best.i == 0x7fffffff ? s0 : best.i;
+  const BlockBest best = block_argmax(bv, bi, S, s0);
+  const int arg = best.i;
   const float mx = best.v;
   double sum = 0;
   if (mx != -INFINITY)
@@ -103,16 +107,15 @@ struct RowStats {
 __device__ __forceinline__ RowStats combine_logit_stats(const SamplingParamsDev& p, int b, Scratch& S) {
   const int nseg = logit_stats_segments(p.vocab);
   const LogitStats* st = p.stats + static_cast<int64_t>(b) * nseg;
-  LogitStats mine{0.0, -INFINITY, 0x7fffffff};
+  LogitStats mine{0.0, -INFINITY, kNoId};
   if (threadIdx.x < nseg) mine = st[threadIdx.x];  // nseg <= kLogitStatsMaxSegments <= blockDim.x
   RowStats r;
-  const BlockBest best = block_argmax(mine.max, mine.argmax, S);
+  const BlockBest best = block_argmax(mine.max, mine.argmax, S, 0);
   r.argmax = best.i;
   r.max = best.v;
   const double part = mine.max != -INFINITY ? mine.sumexp * exp(static_cast<double>(mine.max) - r.max) : 0.0;
   const double sum = block_total(part, S.d);
   r.lse = r.max + static_cast<float>(log(sum));
-  if (r.argmax == 0x7fffffff) r.argmax = 0;
   return r;
 }
 
@@ -185,15 +188,15 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
 
   if (r.temperature < 1e-5f) {  // greedy, the first maximum (each thread keeps its lowest id; so does the block)
     float bv = -INFINITY;
-    int bi = 0x7fffffff;
+    int bi = kNoId;
     if (plain_greedy) {  // the raw logits' argmax: the pre-pass found it
       if (threadIdx.x == 0) chosen_s = row_stats.argmax;
     } else {
       for (int i = i0; i < i1; ++i)
         if (w[i] > bv) { bv = w[i]; bi = i; }
-      const int c = block_argmax(bv, bi, S).i;
-      // No value above -inf (a NaN row): the first id, as the CPU sampler's argmax, never 0x7fffffff.
-      if (threadIdx.x == 0) chosen_s = c == 0x7fffffff ? 0 : c;
+      // No value above -inf (a NaN row): the first id, as the host sampler's argmax.
+      const int c = block_argmax(bv, bi, S, 0).i;
+      if (threadIdx.x == 0) chosen_s = c;
     }
   } else {
     float mx = -INFINITY;
@@ -323,14 +326,13 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
   __shared__ int taken[kMaxTopLogprobs];
   for (int k = 0; k < ntop; ++k) {
     float bv = -INFINITY;
-    int bi = 0x7fffffff;
+    int bi = kNoId;
     for (int i = i0; i < i1; ++i) {
       bool skip = false;
       for (int q = 0; q < k; ++q) skip |= taken[q] == i;
       if (!skip && raw[i] > bv) { bv = raw[i]; bi = i; }
     }
-    const int c0 = block_argmax(bv, bi, S).i;
-    const int c = c0 == 0x7fffffff ? k : c0;  // a NaN row: some id inside it, not past the end
+    const int c = block_argmax(bv, bi, S, k).i;  // a NaN row: some id inside it
     if (threadIdx.x == 0) {
       taken[k] = c;
       out->top_ids[k] = c;
