@@ -227,7 +227,7 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
   }
   pdl_wait();  // routing from the router, h from the gate_up kernel
   small_routing(p, sr);
-  rs::pdl::probe_mark(kProbeStep1);
+  pdl_probe_mark(kProbeStep1);
   const int slots = ns + sr.n_active;
   // FP8, one token: each warp stages the h of the slots it takes (s = warp, warp + 8, ...) as f16,
   // each slot scaled by its own power of two (h_scale[s]), once for all its row groups. One token
@@ -243,7 +243,7 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
     }
     __syncwarp();
   }
-  rs::pdl::probe_mark(kProbeInputReady);
+  pdl_probe_mark(kProbeInputReady);
   for (int64_t rg = wg.index; rg < groups; rg += wg.count) {  // uniform over the block
     float acc[DR][MT];
 #pragma unroll
@@ -296,9 +296,9 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
       if (row < hidden && t < p.m) p.out[static_cast<int64_t>(t) * hidden + row] = __float2bfloat16_rn(v);
     }
     __syncthreads();
-    if (rg == wg.index) rs::pdl::probe_mark(kProbeStep2);  // the block's first row group
+    if (rg == wg.index) pdl_probe_mark(kProbeStep2);  // the block's first row group
   }
-  rs::pdl::probe_mark(kProbeMainDone);
+  pdl_probe_mark(kProbeMainDone);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -185,7 +185,7 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
     __syncthreads();
   }
   issued = first;  // every lane of the producer warp, which waits on the ring as one below
-  rs::pdl::probe_mark(kProbeInputReady);
+  pdl_probe_mark(kProbeInputReady);
 
   if (producer) {
     for (uint32_t i = issued; i < n_stages; ++i) {
@@ -207,9 +207,9 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
     if (lane == 0) ring.release(i);
   }
 
-  rs::pdl::probe_mark(kProbeMainDone);
+  pdl_probe_mark(kProbeMainDone);
   if constexpr (!kDown) {
-    rs::pdl::probe_mark(kProbeEnd);
+    pdl_probe_mark(kProbeEnd);
     return;
   }
   // Every block's h, then this block's down rows.
@@ -218,7 +218,7 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
     grid_count_arrive(sync);
     grid_count_wait(sync, gridDim.x, "expert FFN, every block's h", -1);
     grid_count_depart(sync);  // the last block past the wait resets both words for the next launch
-    rs::pdl::probe_mark(kProbeGridWait);
+    pdl_probe_mark(kProbeGridWait);
   }
   xs_consumer_sync();
   const int slots = ns + sr.n_active;
@@ -250,7 +250,7 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
     for (int c = 0; c < kXsDownChains; ++c) v += warp_sum(acc[j][c]);  // fixed order
     if (lane == 0) p.out[dn.lo + k] = __float2bfloat16_rn(v);
   }
-  rs::pdl::probe_mark(kProbeEnd);
+  pdl_probe_mark(kProbeEnd);
 }
 
 }  // namespace rs::kern

@@ -124,7 +124,7 @@ __device__ __forceinline__ float xs_route_norm(const ExpertRouteParams& rt, uint
       const float s = rs::cuda::warp_sum(acc[r]);
       if (lane == 0) rs.red[warp][r] = s;
     }
-    rs::pdl::probe_mark(kProbeStep1);
+    pdl_probe_mark(kProbeStep1);
   }
   xs_consumer_sync();  // xn in act, the partials in rs.red; rs.scratch free again
   if constexpr (!kFp8) {
@@ -165,7 +165,7 @@ __device__ __forceinline__ void xs_route_select(const ExpertGemvParams& p, const
     grid_count_arrive(sync);  // release: this thread's logits stores come first
     grid_count_wait(sync, gridDim.x, "expert launch's router, every block's logits", -1);
     // (the departure, a returning atomic, comes after the routing: xs_route_depart)
-    rs::pdl::probe_mark(kProbeStep2);
+    pdl_probe_mark(kProbeStep2);
   }
   __syncwarp();  // the acquire above orders the warp's logits loads after every block's stores
   rs::cuda::MoeRouterParams r = rt.r;
@@ -177,7 +177,7 @@ __device__ __forceinline__ void xs_route_select(const ExpertGemvParams& p, const
   float* scratch = reinterpret_cast<float*>(
       act + xs_route_scratch_offset(hidden, xs_route_rows(rt.r.experts, gridDim.x)));
   rs::cuda::moe_router_select_warp<false>(r, 0, rt.lg.logits, scratch);
-  rs::pdl::probe_mark(kProbeStep3);
+  pdl_probe_mark(kProbeStep3);
   if (blockIdx.x == 0 && lane < rt.r.top_k) {
     rt.r.topk_ids[lane] = rs.ids[lane];
     rt.r.topk_weights[lane] = rs.weights[lane];

@@ -177,7 +177,7 @@ __device__ __forceinline__ void gemv_stream_op(const DenseGemvParams& p, const G
     }
     __syncthreads();
   }
-  rs::pdl::probe_mark(kProbeInputReady);
+  pdl_probe_mark(kProbeInputReady);
 
   if (producer) {
     // The rest of the share, each stage once its slot is released. The whole warp waits (stays
@@ -221,10 +221,10 @@ __device__ __forceinline__ void gemv_stream_op(const DenseGemvParams& p, const G
       __syncwarp();
       if (lane == 0) ring.release(i);
     }
-    rs::pdl::probe_mark(kProbeMainDone);
+    pdl_probe_mark(kProbeMainDone);
   }
   if constexpr (kNorm) gemv_norm_epilogue(p, xs, ticket, gridDim.x, kStreamConsumerThreads);
-  rs::pdl::probe_mark(kProbeEnd);
+  pdl_probe_mark(kProbeEnd);
 }
 
 }  // namespace rs::kern
