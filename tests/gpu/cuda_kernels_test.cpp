@@ -352,6 +352,20 @@ TEST_CASE("sampler: the GPU sampler picks the host sampler's token and logprobs 
   }
 }
 
+// Rows r = 0..R-1 with parameter set ps[r % ps.size()], draw index r and logits row r, no penalty
+// tokens: the host sampler's states and the GPU sampler's rows.
+static void plain_sample_rows(const std::vector<rs::SamplingParams>& ps, int R, std::vector<rs::SamplingState>& states,
+                              std::vector<cu::SampleRow>& rows) {
+  states.assign(R, {});
+  rows.assign(R, {});
+  for (int r = 0; r < R; ++r) {
+    const rs::SamplingParams& p = ps[r % ps.size()];
+    states[r].params = &p;
+    states[r].draw_index = uint64_t(r);
+    rows[r] = cu::sample_row_of(p, states[r].draw_index, r);
+  }
+}
+
 TEST_CASE("sampler: rows of NaN logits (a broken checkpoint) give ids inside the vocabulary, greedy as the host sampler") {
   if (skip_without_gpu("sampler, NaN logits")) return;
   const int V = 3000;
@@ -372,13 +386,9 @@ TEST_CASE("sampler: rows of NaN logits (a broken checkpoint) give ids inside the
   ps[4].seed = 9;
   const int R = int(ps.size());
   const std::vector<float> logits(size_t(R) * V, std::nanf(""));
-  std::vector<rs::SamplingState> states(R);
-  std::vector<cu::SampleRow> rows(R);
-  for (int r = 0; r < R; ++r) {
-    states[r].params = &ps[r];
-    states[r].draw_index = uint64_t(r);
-    rows[r] = cu::sample_row_of(ps[r], states[r].draw_index, r);
-  }
+  std::vector<rs::SamplingState> states;
+  std::vector<cu::SampleRow> rows;
+  plain_sample_rows(ps, R, states, rows);
   auto got = sample_on_gpu(logits, rows, {0}, V);  // an index past the row would fault in here
   for (int r = 0; r < R; ++r) {
     rs::SampledToken ref = rs::sample_token(std::span<const float>(&logits[size_t(r) * V], V), states[r]);
@@ -428,14 +438,9 @@ TEST_CASE("sampler: a real-size vocabulary through the segment pre-pass (ties ac
       row[V - 1] = 30.f;
     }
   }
-  std::vector<rs::SamplingState> states(R);
-  std::vector<cu::SampleRow> rows(R);
-  for (int r = 0; r < R; ++r) {
-    const rs::SamplingParams& p = ps[r % ps.size()];
-    states[r].params = &p;
-    states[r].draw_index = uint64_t(r);
-    rows[r] = cu::sample_row_of(p, states[r].draw_index, r);
-  }
+  std::vector<rs::SamplingState> states;
+  std::vector<cu::SampleRow> rows;
+  plain_sample_rows(ps, R, states, rows);
   auto got = sample_on_gpu(logits, rows, {0}, V);
   for (int r = 0; r < R; ++r) {
     rs::SampledToken ref = rs::sample_token(std::span<const float>(&logits[size_t(r) * V], V), states[r]);

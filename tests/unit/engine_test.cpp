@@ -325,7 +325,7 @@ TEST_CASE("a backend failure ends the requests in that step with an error and th
 
 TEST_CASE("a sampled id outside the vocabulary ends that choice with an error and the engine keeps serving") {
   Fixture f;
-  f.fake->set_script({5, 101, 7});  // 101: one past the fake vocabulary (what a NaN logits row could give)
+  f.fake->set_script({5, 101, 7});  // 101: one past the fake vocabulary (a backend bug: the samplers never give one)
   auto c = collect(*f.engine->submit(greedy_request(make_prompt(6, 1), 4)));
   REQUIRE_FALSE(c.timed_out);
   CHECK(c.choices[0].finish == FinishReason::Error);
