@@ -140,6 +140,7 @@ constexpr uint32_t kXsSmemBudget = 216 * 1024;  // + the kernel's static shared 
 // stages, 192 KB an SM, 2.17 ms a step against 2.16 with two).
 constexpr uint32_t kXsPrewaitBytes = 96 * 1024;
 const int g_route_overlap = env_int("RS_XS_ROUTE_OVERLAP", 1, 0, 1);
+const int g_inflight = env_int("RS_XS_INFLIGHT", -1, -1, kXsStages - 1);  // -1: the default below
 
 uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
 
@@ -172,6 +173,7 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   g.prewait_stages = static_cast<int>(std::max<uint32_t>(1u, kXsPrewaitBytes / g.stage_bytes));
   g.down_rows_per_stage = ffn ? static_cast<int>(g.stage_bytes / (inter * esize)) : 0;
   g.route_overlap = g_route_overlap;
+  g.inflight_stages = g_inflight >= 0 ? g_inflight : (ffn ? 2 : 0);
   if (ffn && g.down_rows_per_stage < 1) return false;
   return true;
 }
