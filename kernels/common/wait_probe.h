@@ -27,7 +27,9 @@ constexpr int kProbeEnd = 4;         // thread 0 is done
 constexpr int kProbeStep1 = 5;       // finer steps, each kernel's own: the router in the expert
 constexpr int kProbeStep2 = 6;       // launch (norm and logit partials, every block's logits, the
 constexpr int kProbeStep3 = 7;       // selection); the cluster router (logits, cluster barrier,
-                                     // selection); the register down (routing read, first row group)
+                                     // selection); the register down (routing read, first row group);
+                                     // the one-launch FFN behind a router launch (first down stage
+                                     // landed, the first issued after its grid-wide wait, the last)
 
 // Whether this binary was built with RS_WAIT_PROBE.
 bool wait_probe_built();

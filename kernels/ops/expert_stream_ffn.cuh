@@ -235,6 +235,14 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   for (uint32_t i = gu.stages; i < n_stages; ++i) {
     const XsStage st = xs_stage(i - gu.stages, dn);
     ring.wait_full(i);
+    if constexpr (!kRoute) {  // (with the router in the launch the step marks are its own)
+      // The down phase in the wait probe: the first down stage landed, the first one issued after
+      // the grid-wide wait landed, the last one landed (FP8's down phase took 15.9 us against
+      // bf16's 9.7 for twice the bytes, H200 2026-11-30, cause open).
+      if (i == gu.stages) pdl_probe_mark(kProbeStep1);
+      else if (i == gu.stages + S) pdl_probe_mark(kProbeStep2);
+      if (i + 1 == n_stages) pdl_probe_mark(kProbeStep3);
+    }
     if (xs_slot_active(p, sr, st.slot)) {
       const float wt = (kFp8 ? h_scale[st.slot] : 1.f) * (st.slot < ns ? 1.f : sr.weight[0][st.slot - ns]);
       xs_down_rows<kFp8>(p, smem + static_cast<size_t>(ring.stage(i)) * g.stage_bytes, st, dn.lo,
