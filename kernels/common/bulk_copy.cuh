@@ -98,8 +98,10 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
 // A ring of S stages: full[s] completes when stage s's bytes have landed, empty[s] when its
 // consumers are done with it. Use number i (0, 1, 2, ...) of the ring is stage i % S in phase
 // i / S; the parity a waiter names is that phase's low bit.
-//   producer, use i: ring_acquire(i) (waits for use i - S to be released), then
-//                    mbar_arrive_expect_tx(&full[stage], bytes) and the copies on &full[stage];
+//   producer, use i: ring_acquire(i) (waits for use i - S to be released; with in_flight = K > 0
+//                    also for use i - K to have landed, so at most K uses are issued and not
+//                    landed), then mbar_arrive_expect_tx(&full[stage], bytes) and the copies on
+//                    &full[stage];
 //   consumer, use i: ring_wait_full(i), read the stage, ring_release(i) (every one of the
 //                    `consumers` arrivals given at init).
 // A parity wait cannot tell phase k from phase k + 2: a consumer may wait for use i only once the
@@ -124,7 +126,11 @@ struct BulkRing {
   }
   __device__ static int stage(uint32_t i) { return static_cast<int>(i % S); }
   __device__ static uint32_t parity(uint32_t i) { return (i / S) & 1u; }
-  __device__ void acquire(uint32_t i) {
+  // in_flight (0: the whole ring): the wait on use i - K names the phase the producer itself
+  // opened last for that stage (use i - K + S is issued only after this one), so its parity is
+  // unambiguous.
+  __device__ void acquire(uint32_t i, int in_flight = 0) {
+    if (in_flight > 0 && i >= static_cast<uint32_t>(in_flight)) wait_full(i - in_flight);
     if (i >= static_cast<uint32_t>(S)) mbar_wait(&empty[stage(i)], parity(i) ^ 1u, "ring stage free");
   }
   __device__ void wait_full(uint32_t i) { mbar_wait(&full[stage(i)], parity(i), "ring stage full"); }

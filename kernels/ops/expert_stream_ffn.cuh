@@ -189,9 +189,7 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
 
   if (producer) {
     for (uint32_t i = issued; i < n_stages; ++i) {
-      // At most g.inflight_stages stages issued and not landed (expert_stream_geom.h says why).
-      if (g.inflight_stages > 0 && i >= static_cast<uint32_t>(g.inflight_stages)) ring.wait_full(i - g.inflight_stages);
-      ring.acquire(i);
+      ring.acquire(i, g.inflight_stages);  // expert_stream_geom.h says why the FFN bounds it
       if (lane == 0) issue(i, true);
       __syncwarp();
     }

@@ -22,8 +22,9 @@ struct ExpertStreamGeom {
   // The router in the launch: the consumer warps other than warp 0 start on the shared stages
   // while warp 0 finds the routing (on unless RS_XS_ROUTE_OVERLAP=0; off, they wait for it).
   int route_overlap = 0;
-  // Once the ring's first stages are out, at most this many stages in flight (0: the whole ring),
-  // so the SM's own dependent loads (the grid-wide wait's counter, h) queue behind fewer bytes.
+  // Once the ring's first stages are out, at most this many stages in flight (BulkRing::acquire's
+  // in_flight; 0: the whole ring), so the SM's own dependent loads (the grid-wide wait's counter,
+  // h) queue behind fewer bytes.
   // The whole FFN takes 2 (H200, V2-Lite bf16, 2026-11-30: 2.035-2.055 against 2.063-2.066 ms a
   // step, its advance 37.5 against 38.1 us a layer; 1 starved the ring, 2.17-2.19 ms; the FP8
   // gate_up launch level with 2, so 0 there); RS_XS_INFLIGHT overrides.
