@@ -79,22 +79,22 @@ __device__ __forceinline__ void xs_down_rows(const ExpertGemvParams& p, const ui
   for (int q = xs_first_row(k0); q < st.cnt; q += kXsConsumerWarps) {
     const uint4* w = reinterpret_cast<const uint4*>(stage + static_cast<size_t>(q) * row_bytes);
     float part = 0.f;
+    // Neither chunk loop is unrolled: a row is 3-6 chunks a lane at V2-Lite's shapes, the loop
+    // runs once a layer, and its code is fetched anew each layer, so compact code beats unrolled
+    // code here (H200, bf16 b1: 1.994-2.018 against 2.014-2.044 ms a step; ncu on an FP8 variant
+    // whose slot loop was unrolled too: instruction fetch, stall_no_inst, was the largest stall
+    // after the grid-wide wait, 39% of the samples, 2026-11-30).
     if constexpr (kFp8) {
       const WeightRow r = weight_row(m, st.r0 + q, true);
       const int bc = m.block_cols;
       const __half* hh = reinterpret_cast<const __half*>(hs);
-#pragma unroll 1  // why: at the top of the bf16 branch below
+#pragma unroll 1
       for (int c = lane; c < nch; c += 32) {
         const uint4 x0 = *reinterpret_cast<const uint4*>(hh + c * 16);
         const uint4 x1 = *reinterpret_cast<const uint4*>(hh + c * 16 + 8);
         part = fmaf(__ldg(r.scale + fp8_scale_col(c, bc)), dot16_e4m3_f16(w[c], x0, x1), part);
       }
     } else {
-      // Neither chunk loop is unrolled: a row is 3-6 chunks a lane at V2-Lite's shapes, the loop
-      // runs once a layer, and its code is fetched anew each layer, so compact code beats
-      // unrolled code here (H200, bf16 b1: 1.994-2.018 against 2.014-2.044 ms a step; ncu on an
-      // FP8 variant whose slot loop was unrolled too: instruction fetch, stall_no_inst, was the
-      // largest stall after the grid-wide wait, 39% of the samples, 2026-11-30).
 #pragma unroll 1
       for (int c = lane; c < nch; c += 32) part = dot8_bf16(w[c], reinterpret_cast<const uint4*>(hs)[c], part);
     }
@@ -242,8 +242,9 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
     ring.wait_full(i);
     if constexpr (!kRoute) {  // (with the router in the launch the step marks are its own)
       // The down phase in the wait probe: the first down stage landed, the first one issued after
-      // the grid-wide wait landed, the last one landed (FP8's down phase took 15.9 us against
-      // bf16's 9.7 for twice the bytes, H200 2026-11-30, cause open).
+      // the grid-wide wait landed, the last one landed. (They showed FP8's down phase, 15.9 us
+      // against bf16's 9.7 for twice the bytes, to be its consumers' own compute, not its bytes:
+      // docs/perf/cuda.md, thirteenth session.)
       if (i == gu.stages) pdl_probe_mark(kProbeStep1);
       else if (i == gu.stages + S) pdl_probe_mark(kProbeStep2);
       if (i + 1 == n_stages) pdl_probe_mark(kProbeStep3);
