@@ -33,12 +33,93 @@ __device__ __forceinline__ int warp_argmax(const float* v, int n) {
   return idx;
 }
 
+// Compact selection: softmax scoring without groups or bias, at most 64 experts (V2-Lite and the
+// V2-style routers). A lane holds experts lane and lane + 32 in registers; each of the top_k + 1
+// rounds is two redux.sync (the largest score as an order-preserving integer, then the lowest
+// expert index holding it), with no shared memory and no __syncwarp. Why: the general path below
+// cost the batch-1 step ~4.5 us a layer on the H200 (V2-Lite, docs/perf/cuda.md, fourteenth
+// session) for a few hundred instructions; this path took 3.7-4.0% off the bf16 and FP8 steps.
+// Replacing only the general path's argmax rounds by redux rounds was level, so what it saves is
+// the general path's size and its shared-memory round trips, not the rounds' shuffles.
+// Bits: the general path's expf, sums in its order, experts in its order (ties to the lower
+// index), weights and margins, for every row without NaN (tested: tests/gpu/cuda_kernels_test.cpp).
+__device__ __forceinline__ bool router_compact_ok(const MoeRouterParams& p) {
+  return p.compact_select && p.scoring == RouterScoring::Softmax && p.method != RouterTopk::NoauxTc &&
+         (p.method == RouterTopk::Greedy || p.n_group <= 1) && p.experts >= 1 && p.experts <= 64 && p.top_k >= 1 &&
+         p.top_k <= 31 && p.top_k <= p.experts;
+}
+// Order-preserving integer of a float (NaN lowest, -0 as +0), and back.
+__device__ __forceinline__ unsigned router_order_key(float c) {
+  if (c != c) return 0u;
+  const unsigned u = __float_as_uint(c + 0.0f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float router_order_value(unsigned k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+template <bool kSharedLogits>
+__device__ __forceinline__ void router_select_compact(const MoeRouterParams& p, int t, const float* logits_row) {
+  const int lane = threadIdx.x & 31;
+  bool live0 = lane < p.experts, live1 = lane + 32 < p.experts;
+  const float l0 = live0 ? (kSharedLogits ? logits_row[lane] : __ldcg(logits_row + lane)) : 0.f;
+  const float l1 = live1 ? (kSharedLogits ? logits_row[lane + 32] : __ldcg(logits_row + lane + 32)) : 0.f;
+  float mx = -INFINITY;
+  if (live0) mx = fmaxf(mx, l0);
+  if (live1) mx = fmaxf(mx, l1);
+  mx = warp_max(mx);
+  float sum = 0.f;
+  if (live0) sum += expf(l0 - mx);
+  if (live1) sum += expf(l1 - mx);
+  sum = warp_sum(sum);
+  unsigned k0 = live0 ? router_order_key(expf(l0 - mx) / sum) : 0u;
+  unsigned k1 = live1 ? router_order_key(expf(l1 - mx) / sum) : 0u;
+  const int rounds = p.top_k < p.experts ? p.top_k + 1 : p.top_k;  // + 1: the margin's next expert
+  float wsum = 0.f, last = 0.f, next = 0.f, mine = 0.f;
+  int my_e = 0;
+  for (int k = 0; k < rounds; ++k) {
+    unsigned best = 0u;
+    if (live0) best = k0;
+    if (live1 && k1 > best) best = k1;
+    const unsigned m = __reduce_max_sync(0xffffffffu, best);
+    unsigned cand = 0xffffffffu;
+    if (live1 && k1 == m) cand = lane + 32;
+    if (live0 && k0 == m) cand = lane;
+    const unsigned e = __reduce_min_sync(0xffffffffu, cand);
+    if (e == static_cast<unsigned>(lane)) live0 = false;
+    if (e == static_cast<unsigned>(lane + 32)) live1 = false;
+    const float v = router_order_value(m);
+    if (k < p.top_k) {
+      wsum += v;
+      last = v;
+      if (lane == k) {
+        my_e = static_cast<int>(e);
+        mine = v;
+      }
+    } else {
+      next = v;
+    }
+  }
+  if (lane < p.top_k) {
+    float w = mine;
+    if (p.normalize) w /= wsum + 1e-20f;
+    if (!p.normalize || p.scale_after_normalize) w *= p.routed_scaling;
+    p.topk_ids[static_cast<int64_t>(t) * p.top_k + lane] = my_e;
+    p.topk_weights[static_cast<int64_t>(t) * p.top_k + lane] = w;
+  }
+  if (lane == 0 && p.margins) p.margins[t] = p.top_k < p.experts ? last - next : INFINITY;
+  __syncwarp();
+}
+
 // Selection of token t by one warp, from its fp32 logits row. The logits are read with __ldcg
 // (L2, never a stale L1 line): in the fused kernel other blocks wrote them during this launch.
 // kSharedLogits: the row is in shared memory (the cluster router's block 0).
 template <bool kSharedLogits = false>
 __device__ __forceinline__ void moe_router_select_warp(const MoeRouterParams& p, int t, const float* logits_row,
                                                        float* wscratch) {
+  if (router_compact_ok(p)) {
+    router_select_compact<kSharedLogits>(p, t, logits_row);
+    return;
+  }
   float* score = wscratch;                      // after softmax/sigmoid
   float* choice = score + p.experts;            // what selection ranks (score + bias, masked)
   float* gscore = choice + p.experts;           // [kRouterMaxGroups]

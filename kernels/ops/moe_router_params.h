@@ -27,6 +27,7 @@ struct MoeRouterParams {
   int32_t* topk_ids = nullptr;       // [n, top_k]
   float* topk_weights = nullptr;     // [n, top_k]
   float* margins = nullptr;          // [n] nullable: smallest gap at this token's group/expert cut
+  bool compact_select = true;        // the compact selection where it applies (moe_router.cuh); false: the general path
 };
 void launch_moe_router(const MoeRouterParams& p, cudaStream_t stream);
 

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/mega_program.h"
 #include "kernels/mega/decode_megakernel.h"
+#include "kernels/common/env_int.h"
 #include "common/error.h"
 #include "kernels/ops/activation_params.h"
 #include "kernels/ops/embed_params.h"
@@ -30,6 +31,13 @@ int round_up_pow2(int v) {
   int p = 1;
   while (p < v) p <<= 1;
   return p;
+}
+
+// RS_ROUTER_COMPACT=0 starts a process whose routers take the general selection path everywhere
+// (A/B runs; the compact one gives the same bits where it applies).
+bool compact_router_selection() {
+  static const bool on = kern::env_int("RS_ROUTER_COMPACT", 1, 0, 1) == 1;
+  return on;
 }
 }  // namespace
 
@@ -546,6 +554,7 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
   r.topk_ids = ids;
   r.topk_weights = topk_w_.get<float>();
   r.margins = route_margins_.get<float>() + size_t(layer) * cap_.tokens;
+  r.compact_select = compact_router_selection();
   const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
   RouterNormIn nin;
   if (attn_delta) {
