@@ -67,12 +67,68 @@ struct SmallRouting {
   float weight[kExpertGemvMaxTokens][kMaxActiveSmall];
 };
 
+// One token, top_k <= 32: the same routing from warp 0's shuffles and ballots, with one barrier
+// instead of three and no shared-memory atomics. Why: the one-token expert launches find the
+// routing on their critical path, before the routed experts' copies can start (the fourteenth
+// session's finding: code and shared-memory round trips there cost the step more than their
+// instruction counts suggest). Duplicate ids merge into the lowest lane's entry, their weights
+// added in lane order; the general path below adds them by shared-memory atomics in any order,
+// the same bits for distinct ids.
+template <bool kWarp>
+__device__ __forceinline__ void small_routing_one(const ExpertGemvParams& p, SmallRouting& sr, const int* ids,
+                                                  const float* weights) {
+  const int lane = threadIdx.x & 31;
+  if (kWarp || threadIdx.x < 32) {
+    const int k = p.top_k, E = p.experts.num_experts;
+    int e = -1;
+    float wt = 0.f;
+    if (lane < k) {  // plain loads, as below
+      e = ids[lane];
+      wt = weights[lane];
+      if (e < 0 || e >= E) e = -1;
+    }
+    for (int i = lane; i < kMaxActiveSmall; i += 32) {
+      sr.tokens[i] = 0u;
+      sr.weight[0][i] = 0.f;
+    }
+    float w = 0.f;
+    int a = 0;
+    bool lead = e >= 0;
+    for (int j = 0; j < k; ++j) {  // every lane the same trips: the shuffles stay converged
+      const int ej = __shfl_sync(0xffffffffu, e, j);
+      const float wj = __shfl_sync(0xffffffffu, wt, j);
+      if (ej == e) {
+        w += wj;
+        if (j < lane) lead = false;
+      }
+    }
+    const unsigned leads = __ballot_sync(0xffffffffu, lead);
+    for (int j = 0; j < k; ++j) {
+      const int ej = __shfl_sync(0xffffffffu, e, j);
+      if (((leads >> j) & 1u) && ej < e) ++a;
+    }
+    __syncwarp();  // the zeroing above before the entries below
+    if (lead) {
+      sr.expert[a] = e;
+      sr.tokens[a] = 1u;
+      sr.weight[0][a] = w;
+    }
+    if (lane == 0) sr.n_active = __popc(leads);
+  }
+  if constexpr (kWarp) __syncwarp();
+  else __syncthreads();
+}
+
 // Ids outside [0, num_experts) select nothing (the host validates the router's output range).
 // ids/weights: p.topk_ids/p.topk_weights, or the in-launch router's shared copies
 // (expert_stream_route.cuh). kWarp: one warp fills sr (the others go on meanwhile), else the block.
 template <bool kWarp = false>
 __device__ __forceinline__ void small_routing(const ExpertGemvParams& p, SmallRouting& sr, const int* ids,
                                               const float* weights) {
+  if (p.compact_routing && p.m == 1 && p.top_k <= 32) {
+    small_routing_one<kWarp>(p, sr, ids, weights);
+    return;
+  }
   const int n = p.m * p.top_k;
   const int E = p.experts.num_experts;
   const int tid = kWarp ? threadIdx.x & 31 : threadIdx.x, threads = kWarp ? 32 : blockDim.x;

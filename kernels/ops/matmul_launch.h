@@ -73,6 +73,7 @@ struct ExpertGemvParams {
   const float* topk_weights = nullptr;  // [m, top_k]
   __nv_bfloat16* h = nullptr;           // [min(E, m*top_k), m, inter] workspace
   __nv_bfloat16* out = nullptr;         // [m, hidden]
+  bool compact_routing = true;          // one token's routing by one warp's shuffles (gemv_experts.cuh)
 };
 
 struct ExpertGemmParams {

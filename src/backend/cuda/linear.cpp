@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cublaslt_gemm.h"
 #include "common/error.h"
+#include "kernels/common/env_int.h"
 #include "kernels/common/sm_count.h"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/moe_decode_launch.h"
@@ -497,6 +498,9 @@ kern::ExpertGemvParams expert_gemv_params(const MoeExperts& experts, const __nv_
   p.top_k = top_k;
   p.topk_ids = topk_ids;
   p.topk_weights = topk_weights;
+  // RS_ROUTING_COMPACT=0: the general routing path for one token too (A/B runs).
+  static const bool compact = kern::env_int("RS_ROUTING_COMPACT", 1, 0, 1) == 1;
+  p.compact_routing = compact;
   p.h = static_cast<__nv_bfloat16*>(ws.ptr);
   p.out = out;
   return p;
