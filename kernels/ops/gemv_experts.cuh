@@ -87,7 +87,7 @@ __device__ __forceinline__ void small_routing_one(const ExpertGemvParams& p, Sma
       wt = weights[lane];
       if (e < 0 || e >= E) e = -1;
     }
-    for (int i = lane; i < kMaxActiveSmall; i += 32) {
+    for (int i = lane; i < kMaxActiveSmall; i += 32) {  // one token: readers see weight row 0 only
       sr.tokens[i] = 0u;
       sr.weight[0][i] = 0.f;
     }

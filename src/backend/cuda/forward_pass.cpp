@@ -7,8 +7,8 @@
 
 #include "backend/cuda/mega_program.h"
 #include "kernels/mega/decode_megakernel.h"
-#include "kernels/common/env_int.h"
 #include "common/error.h"
+#include "kernels/common/env_int.h"
 #include "kernels/ops/activation_params.h"
 #include "kernels/ops/embed_params.h"
 #include "kernels/ops/kv_cache_params.h"
