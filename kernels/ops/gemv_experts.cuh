@@ -50,7 +50,15 @@ enum : int { kPartGate = 0, kPartUp = 1, kPartDown = 2 };
 // The gate / up / down matrix of expert id e (routed, or a shared-expert view as above).
 __device__ __forceinline__ rs::cuda::DeviceMatrix expert_matrix(const rs::cuda::MoeExperts& x, int e,
                                                                 int part) {
-  if (e < x.num_experts) return part == kPartGate ? x.gate[e] : part == kPartUp ? x.up[e] : x.down[e];
+  if (e < x.num_experts) {
+    if (x.stride == 0) return part == kPartGate ? x.gate[e] : part == kPartUp ? x.up[e] : x.down[e];
+    rs::cuda::DeviceMatrix v = x.first[part];
+    const int64_t off = static_cast<int64_t>(e) * x.stride;
+    v.data = static_cast<const uint8_t*>(v.data) + off;
+    if (x.type == rs::cuda::WeightType::FP8_E4M3_BLOCK)
+      v.scale_inv = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(v.scale_inv) + off);
+    return v;
+  }
   const int64_t off = static_cast<int64_t>(e - x.num_experts) * x.inter;
   if (part == kPartGate) return shared_rows_view(x.shared_gate, off, x.inter);
   if (part == kPartUp) return shared_rows_view(x.shared_up, off, x.inter);
@@ -186,8 +194,8 @@ __device__ __forceinline__ void expert_gemv_gate_up_op(const ExpertGemvParams& p
   if (a >= sr.n_active) return;
   const int e = sr.expert[a];
   const uint32_t sel = sr.tokens[a];
-  const rs::cuda::DeviceMatrix gate = p.experts.gate[e];
-  const rs::cuda::DeviceMatrix up = p.experts.up[e];
+  const rs::cuda::DeviceMatrix gate = expert_matrix(p.experts, e, kPartGate);
+  const rs::cuda::DeviceMatrix up = expert_matrix(p.experts, e, kPartUp);
   const int inter = p.experts.inter, hidden = p.experts.hidden;
   const int lane = threadIdx.x & 31;
   const __nv_bfloat16* xr[1][MT];
@@ -237,14 +245,14 @@ __device__ __forceinline__ void expert_gemv_down_op(const ExpertGemvParams& p, S
     for (int i = 0; i < EPI; ++i) {
       const int a = a0 + i;
       const uint32_t sel = a < sr.n_active ? sr.tokens[a] : 0u;
-      if (a < sr.n_active) rows[i] = weight_row(p.experts.down[sr.expert[a]], row, kFp8);
+      if (a < sr.n_active) rows[i] = weight_row(expert_matrix(p.experts, sr.expert[a], kPartDown), row, kFp8);
 #pragma unroll
       for (int t = 0; t < MT; ++t)
         hr[i][t] = (t < p.m && (sel >> t & 1u)) ? p.h + ((int64_t)a * p.m + t) * inter : nullptr;
     }
     float part[EPI][MT];
     gemv_warp_partial<kFp8, EPI, MT, U, true>(rows, hr, 0, inter / chunk_elems<kFp8>(),
-                                              p.experts.down[sr.expert[a0]].block_cols, part);
+                                              expert_matrix(p.experts, sr.expert[a0], kPartDown).block_cols, part);
     // The routing weight is linear in the dot product, so lanes apply it before the reduction.
 #pragma unroll
     for (int i = 0; i < EPI; ++i)

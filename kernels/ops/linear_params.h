@@ -29,6 +29,13 @@ struct MoeExperts {
   // All expert matrices share one type, held here on the host because the arrays above live on
   // the device and cannot be read while a graph is being captured (matmul room, additive).
   WeightType type = WeightType::BF16;
+  // Uniform layout (set by the loader, checked by validate_moe_experts): when every routed
+  // expert's matrices and scales lie `stride` bytes after the previous expert's, expert e's
+  // views are first[part] moved by e * stride. Why: the kernel then computes a routed expert's
+  // view from its parameters instead of loading it from the arrays above, a dependent global
+  // load on the critical path between the routing and the first weight byte. 0: read the arrays.
+  int64_t stride = 0;
+  DeviceMatrix first[3];  // expert 0's gate, up, down
   // Shared experts run inside the routed-expert kernels (optional; matmul room, additive):
   // n_shared always-selected experts of width `inter` and weight 1, stored as HF's concatenated
   // shared MLP: shared_gate / shared_up [n_shared * inter, hidden], shared_down

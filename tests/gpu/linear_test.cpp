@@ -177,13 +177,62 @@ namespace {
 
 struct MoeShape {
   int E = 12, hidden = 272, inter = 176, top_k = 4, n_shared = 0;
+  bool strided = false;  // routed experts at one byte stride (restride below)
 };
+
+// The fixture's routed experts copied into one arena as the loader lays them out (each expert's
+// gate, up, down, an FP8 matrix's scales after it, 256-byte aligned, so every expert is `stride`
+// bytes after the previous one), with MoeExperts::stride and first[] set: the kernels then compute
+// every routed expert's view from expert 0's instead of reading the tables.
+struct StridedExperts {
+  std::unique_ptr<DeviceBuf<uint8_t>> arena;
+  std::unique_ptr<DeviceExpertTables> tables;
+};
+
+void restride(MoeFixture& f, StridedExperts& keep) {
+  const auto up256 = [](size_t n) { return (n + 255) / 256 * 256; };
+  const auto data_bytes = [](const DeviceMatrix& m) { return size_t(m.rows * m.cols) * (m.type == WeightType::BF16 ? 2 : 1); };
+  const auto scale_bytes = [](const DeviceMatrix& m) {
+    return m.type == WeightType::BF16 ? size_t(0) : size_t((m.rows + 127) / 128 * ((m.cols + 127) / 128)) * 4;
+  };
+  const std::vector<std::unique_ptr<TestMatrix>>* parts[3] = {&f.gate, &f.up, &f.down};
+  size_t per = 0;
+  for (auto* v : parts) per += up256(data_bytes((*v)[0]->dm)) + up256(scale_bytes((*v)[0]->dm));
+  keep.arena = std::make_unique<DeviceBuf<uint8_t>>(per * f.E);
+  std::vector<DeviceMatrix> views[3];
+  for (int e = 0; e < f.E; ++e) {
+    uint8_t* at = keep.arena->ptr + per * e;
+    for (int k = 0; k < 3; ++k) {
+      DeviceMatrix m = (*parts[k])[e]->dm;
+      cuda_ok(cudaMemcpy(at, m.data, data_bytes(m), cudaMemcpyDeviceToDevice), "restride data");
+      m.data = at;
+      at += up256(data_bytes(m));
+      if (m.type != WeightType::BF16) {
+        cuda_ok(cudaMemcpy(at, m.scale_inv, scale_bytes(m), cudaMemcpyDeviceToDevice), "restride scales");
+        m.scale_inv = reinterpret_cast<const float*>(at);
+        at += up256(scale_bytes(m));
+      }
+      views[k].push_back(m);
+    }
+  }
+  keep.tables = std::make_unique<DeviceExpertTables>(views[0], views[1], views[2]);
+  const rs::cuda::MoeExperts shared = f.experts;
+  f.experts = keep.tables->experts(f.hidden, f.inter, f.type);
+  f.experts.n_shared = shared.n_shared;
+  f.experts.shared_gate = shared.shared_gate;
+  f.experts.shared_up = shared.shared_up;
+  f.experts.shared_down = shared.shared_down;
+  f.experts.stride = int64_t(per);
+  for (int k = 0; k < 3; ++k) f.experts.first[k] = views[k][0];
+}
 
 void check_moe(WeightType type, int m, uint64_t seed, bool with_invalid, MoeShape sh = {}) {
   Rng rng(seed);
   // By default hidden and inter are multiples of 16 but not of the 64/128 tiles or the 128
   // scale blocks.
   MoeFixture f(type, sh.E, sh.hidden, sh.inter, sh.top_k, rng, sh.n_shared);
+  StridedExperts strided;
+  if (sh.strided) restride(f, strided);
   if (sh.n_shared > 0) REQUIRE(rs::cuda::moe_can_fuse_shared(f.experts, m));
   rs::cuda::validate_moe_experts(f.experts);
   std::vector<int> ids;
@@ -201,7 +250,8 @@ void check_moe(WeightType type, int m, uint64_t seed, bool with_invalid, MoeShap
   cuda_ok(cudaDeviceSynchronize(), "moe_experts");
   const auto st = relative_error(out.download(), f.reference(m, xh, ids, w));
   INFO("moe " << (type == WeightType::BF16 ? "bf16" : "fp8") << " m=" << m << " E=" << sh.E << " top_k="
-              << sh.top_k << " n_shared=" << sh.n_shared << " rel=" << st.rel << " nan=" << st.nan);
+              << sh.top_k << " n_shared=" << sh.n_shared << " strided=" << sh.strided << " rel=" << st.rel
+              << " nan=" << st.nan);
   CHECK(st.nan == 0);
   CHECK(st.rel <= kTolerance);
 }
@@ -349,6 +399,36 @@ TEST_CASE("moe_experts with shared experts folded in matches the fp64 reference"
   for (int m : {3, 8}) check_moe(WeightType::BF16, m, seed++, false, bf);
   check_moe(WeightType::FP8_E4M3_BLOCK, 6, seed++, false, f8);
   rs::kern::set_gemv_thresholds(saved);
+}
+
+// Routed experts at one byte stride (as the loader lays them out): every kernel computes a routed
+// expert's view from expert 0's and the stride; each decode path, bf16 and FP8, with and without
+// shared experts. A stride that does not give the tables' views is refused by the check.
+TEST_CASE("moe_experts with experts at one byte stride matches the fp64 reference; a wrong stride is refused") {
+  if (skip_without_gpu("moe strided")) return;
+  uint64_t seed = 1800;
+  MoeShape bf{12, 272, 176, 4, 0, true}, bfs{12, 272, 176, 4, 2, true}, f8{12, 272, 256, 4, 0, true},
+      f8s{12, 272, 256, 4, 2, true};
+  for (int m : {1, 2, 9, 40, 300}) {
+    check_moe(WeightType::BF16, m, seed++, false, bf);
+    check_moe(WeightType::BF16, m, seed++, false, bfs);
+  }
+  for (int m : {1, 2, 12, 100}) {
+    check_moe(WeightType::FP8_E4M3_BLOCK, m, seed++, false, f8);
+    check_moe(WeightType::FP8_E4M3_BLOCK, m, seed++, false, f8s);
+  }
+  const bool saved = rs::kern::expert_decode();
+  rs::kern::set_expert_decode(false);  // the earlier few-token GEMV reads views too
+  for (int m : {1, 2}) check_moe(WeightType::BF16, m, seed++, false, bf);
+  check_moe(WeightType::FP8_E4M3_BLOCK, 1, seed++, false, f8);
+  rs::kern::set_expert_decode(saved);
+  Rng rng(seed);
+  MoeFixture f(WeightType::FP8_E4M3_BLOCK, 12, 272, 256, 4, rng);
+  StridedExperts keep;
+  restride(f, keep);
+  rs::cuda::validate_moe_experts(f.experts);
+  f.experts.stride += 256;
+  CHECK_THROWS_WITH(rs::cuda::validate_moe_experts(f.experts), doctest::Contains("stride"));
 }
 
 TEST_CASE("moe_experts with shared experts replays from a CUDA graph with changing routing") {

@@ -1,11 +1,14 @@
 #include "backend/cuda/device_weights.h"
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/linear.h"
 #include "common/error.h"
 #include "kernels/common/dummy_init.h"
+#include "kernels/common/env_int.h"
 #include "kernels/ops/weight_init_params.h"
 #include "model/weights.h"
 
@@ -21,6 +24,29 @@ ElemType elem_of(DType t, const std::string& name) {
     case DType::F8_E4M3: return ElemType::E4M3;
     default: throw Error("cuda weights: tensor '" + name + "' has dtype " + dtype_name(t) + ", not a float type");
   }
+}
+
+// The byte distance between consecutive routed experts when it is the same for every expert and
+// every part (matrix and scales), else 0 (MoeExperts::stride). The loader's arena allocates each
+// expert's gate, up and down in one order, so it holds for every checkpoint it builds; the check
+// keeps the kernels' arithmetic honest if that order ever changes. RS_EXPERT_STRIDE=0 turns it
+// off (the kernels then read the arrays; for A/B timing).
+int64_t uniform_expert_stride(const std::vector<DeviceMatrix>& host, int E) {
+  if (E < 2 || !kern::env_int("RS_EXPERT_STRIDE", 1, 0, 1)) return 0;
+  const auto at = [](const void* p) { return reinterpret_cast<intptr_t>(p); };
+  const int64_t stride = at(host[1].data) - at(host[0].data);
+  if (stride <= 0) return 0;
+  for (int k = 0; k < 3; ++k) {
+    const DeviceMatrix& f = host[size_t(k) * E];
+    for (int e = 0; e < E; ++e) {
+      const DeviceMatrix& w = host[size_t(k) * E + e];
+      if (w.type != f.type || w.rows != f.rows || w.cols != f.cols || w.block_rows != f.block_rows ||
+          w.block_cols != f.block_cols || at(w.data) != at(f.data) + e * stride)
+        return 0;
+      if (w.type == WeightType::FP8_E4M3_BLOCK && at(w.scale_inv) != at(f.scale_inv) + e * stride) return 0;
+    }
+  }
+  return stride;
 }
 
 std::string prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
@@ -318,6 +344,10 @@ void build(const ModelSpec& spec, Builder& b, DeviceWeights& dw) {
     L.experts.up = arr ? arr + E : nullptr;
     L.experts.down = arr ? arr + 2 * E : nullptr;
     L.experts.type = host[0].type;
+    if (arr) {
+      L.experts.stride = uniform_expert_stride(host, E);
+      for (int k = 0; k < 3; ++k) L.experts.first[k] = host[size_t(k) * E];
+    }
   }
   int moe_layers = 0;
   for (auto& L : dw.layers) moe_layers += L.moe;

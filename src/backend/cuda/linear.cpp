@@ -669,6 +669,18 @@ void validate_moe_experts(const MoeExperts& e) {
       if (!aligned16(w.data)) throw Error(what + ": data is not 16-byte aligned");
       if (w.type == WeightType::FP8_E4M3_BLOCK && w.block_cols % 16 != 0)
         throw Error(what + ": FP8 block_cols must be a multiple of 16, got " + std::to_string(w.block_cols));
+      // The kernels compute a routed expert's view from first[k] and the stride (MoeExperts): it
+      // must be the array's view exactly.
+      if (e.stride != 0) {
+        const DeviceMatrix& f = e.first[k];
+        const int64_t off = int64_t(i) * e.stride;
+        const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
+        if (f.type != w.type || f.rows != w.rows || f.cols != w.cols || f.block_rows != w.block_rows ||
+            f.block_cols != w.block_cols || static_cast<const char*>(f.data) + off != w.data ||
+            (fp8 && reinterpret_cast<const char*>(f.scale_inv) + off != reinterpret_cast<const char*>(w.scale_inv)))
+          throw Error(what + ": not at expert 0's view plus " + std::to_string(i) + " * stride " +
+                      std::to_string(e.stride) + " bytes");
+      }
     }
   }
 }
