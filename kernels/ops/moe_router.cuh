@@ -67,12 +67,10 @@ __device__ __forceinline__ void router_select_compact(const MoeRouterParams& p, 
   if (live0) mx = fmaxf(mx, l0);
   if (live1) mx = fmaxf(mx, l1);
   mx = warp_max(mx);
-  float sum = 0.f;
-  if (live0) sum += expf(l0 - mx);
-  if (live1) sum += expf(l1 - mx);
-  sum = warp_sum(sum);
-  unsigned k0 = live0 ? router_order_key(expf(l0 - mx) / sum) : 0u;
-  unsigned k1 = live1 ? router_order_key(expf(l1 - mx) / sum) : 0u;
+  const float x0 = live0 ? expf(l0 - mx) : 0.f, x1 = live1 ? expf(l1 - mx) : 0.f;
+  const float sum = warp_sum(x0 + x1);  // + 0.f for a dead slot: the same bits as skipping it
+  unsigned k0 = live0 ? router_order_key(x0 / sum) : 0u;
+  unsigned k1 = live1 ? router_order_key(x1 / sum) : 0u;
   const int rounds = p.top_k < p.experts ? p.top_k + 1 : p.top_k;  // + 1: the margin's next expert
   float wsum = 0.f, last = 0.f, next = 0.f, mine = 0.f;
   int my_e = 0;
