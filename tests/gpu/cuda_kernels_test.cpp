@@ -496,7 +496,7 @@ TEST_CASE("sampler: a real-size vocabulary through the segment pre-pass (ties ac
   }
 }
 
-TEST_CASE("dummy weights: created on the GPU they equal Weights::dummy byte for byte (bf16 and FP8)") {
+TEST_CASE("dummy weights: created on the GPU they equal Weights::dummy byte for byte (bf16 and FP8); experts at one stride") {
   if (skip_without_gpu("dummy weights")) return;
   for (const char* m : {"tiny-v3", "tiny-v3-fp8", "tiny-v2-softmax"}) {
     rs::ModelSpec spec = rs::load_model_spec(std::string(RS_FIXTURES_DIR) + "/models/" + m);
@@ -527,6 +527,19 @@ TEST_CASE("dummy weights: created on the GPU they equal Weights::dummy byte for 
       ok(cudaMemcpy(sc.data(), dm.scale_inv, sc.size() * 4, cudaMemcpyDeviceToHost), "D2H");
       CHECK(std::memcmp(sc.data(), ex.scale_inv->data, sc.size() * 4) == 0);
     }
+    // The loader lays the routed experts out at one byte stride, created here or uploaded from host
+    // tensors, so the kernels compute their views (MoeExperts::stride; validate_moe_experts, run at
+    // load, checks every entry): the same view as the table's.
+    const auto upl = rs::cuda::upload_weights(spec, *host);
+    for (const rs::cuda::DeviceWeights* w : {dev.get(), upl.get()})
+      for (const auto& L : w->layers) {
+        if (!L.moe) continue;
+        REQUIRE(L.experts.stride > 0);
+        rs::cuda::DeviceMatrix g1;
+        ok(cudaMemcpy(&g1, L.experts.gate + 1, sizeof(g1), cudaMemcpyDeviceToHost), "D2H");
+        CHECK(static_cast<const uint8_t*>(g1.data) ==
+              static_cast<const uint8_t*>(L.experts.first[0].data) + L.experts.stride);
+      }
   }
 }
 
