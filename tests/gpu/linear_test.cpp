@@ -191,37 +191,33 @@ struct StridedExperts {
 
 void restride(MoeFixture& f, StridedExperts& keep) {
   const auto up256 = [](size_t n) { return (n + 255) / 256 * 256; };
-  const auto data_bytes = [](const DeviceMatrix& m) { return size_t(m.rows * m.cols) * (m.type == WeightType::BF16 ? 2 : 1); };
-  const auto scale_bytes = [](const DeviceMatrix& m) {
-    return m.type == WeightType::BF16 ? size_t(0) : size_t((m.rows + 127) / 128 * ((m.cols + 127) / 128)) * 4;
-  };
+  const auto data_bytes = [](const TestMatrix& m) { return m.bf16 ? m.bf16->n * 2 : m.fp8->n; };
+  const auto scale_bytes = [](const TestMatrix& m) { return m.scales ? m.scales->n * 4 : size_t(0); };
   const std::vector<std::unique_ptr<TestMatrix>>* parts[3] = {&f.gate, &f.up, &f.down};
   size_t per = 0;
-  for (auto* v : parts) per += up256(data_bytes((*v)[0]->dm)) + up256(scale_bytes((*v)[0]->dm));
+  for (auto* v : parts) per += up256(data_bytes(*(*v)[0])) + up256(scale_bytes(*(*v)[0]));
   keep.arena = std::make_unique<DeviceBuf<uint8_t>>(per * f.E);
   std::vector<DeviceMatrix> views[3];
   for (int e = 0; e < f.E; ++e) {
     uint8_t* at = keep.arena->ptr + per * e;
     for (int k = 0; k < 3; ++k) {
-      DeviceMatrix m = (*parts[k])[e]->dm;
-      cuda_ok(cudaMemcpy(at, m.data, data_bytes(m), cudaMemcpyDeviceToDevice), "restride data");
+      const TestMatrix& t = *(*parts[k])[e];
+      DeviceMatrix m = t.dm;
+      cuda_ok(cudaMemcpy(at, m.data, data_bytes(t), cudaMemcpyDeviceToDevice), "restride data");
       m.data = at;
-      at += up256(data_bytes(m));
-      if (m.type != WeightType::BF16) {
-        cuda_ok(cudaMemcpy(at, m.scale_inv, scale_bytes(m), cudaMemcpyDeviceToDevice), "restride scales");
+      at += up256(data_bytes(t));
+      if (t.scales) {
+        cuda_ok(cudaMemcpy(at, m.scale_inv, scale_bytes(t), cudaMemcpyDeviceToDevice), "restride scales");
         m.scale_inv = reinterpret_cast<const float*>(at);
-        at += up256(scale_bytes(m));
+        at += up256(scale_bytes(t));
       }
       views[k].push_back(m);
     }
   }
   keep.tables = std::make_unique<DeviceExpertTables>(views[0], views[1], views[2]);
-  const rs::cuda::MoeExperts shared = f.experts;
-  f.experts = keep.tables->experts(f.hidden, f.inter, f.type);
-  f.experts.n_shared = shared.n_shared;
-  f.experts.shared_gate = shared.shared_gate;
-  f.experts.shared_up = shared.shared_up;
-  f.experts.shared_down = shared.shared_down;
+  f.experts.gate = keep.tables->gate.ptr;  // the shared experts' fields stay as they are
+  f.experts.up = keep.tables->up.ptr;
+  f.experts.down = keep.tables->down.ptr;
   f.experts.stride = int64_t(per);
   for (int k = 0; k < 3; ++k) f.experts.first[k] = views[k][0];
 }

@@ -33,19 +33,11 @@ ElemType elem_of(DType t, const std::string& name) {
 // off (the kernels then read the arrays; for A/B timing).
 int64_t uniform_expert_stride(const std::vector<DeviceMatrix>& host, int E) {
   if (E < 2 || !kern::env_int("RS_EXPERT_STRIDE", 1, 0, 1)) return 0;
-  const auto at = [](const void* p) { return reinterpret_cast<intptr_t>(p); };
-  const int64_t stride = at(host[1].data) - at(host[0].data);
+  const int64_t stride = reinterpret_cast<intptr_t>(host[1].data) - reinterpret_cast<intptr_t>(host[0].data);
   if (stride <= 0) return 0;
-  for (int k = 0; k < 3; ++k) {
-    const DeviceMatrix& f = host[size_t(k) * E];
-    for (int e = 0; e < E; ++e) {
-      const DeviceMatrix& w = host[size_t(k) * E + e];
-      if (w.type != f.type || w.rows != f.rows || w.cols != f.cols || w.block_rows != f.block_rows ||
-          w.block_cols != f.block_cols || at(w.data) != at(f.data) + e * stride)
-        return 0;
-      if (w.type == WeightType::FP8_E4M3_BLOCK && at(w.scale_inv) != at(f.scale_inv) + e * stride) return 0;
-    }
-  }
+  for (int k = 0; k < 3; ++k)
+    for (int e = 0; e < E; ++e)
+      if (!expert_view_at(host[size_t(k) * E], host[size_t(k) * E + e], e * stride)) return 0;
   return stride;
 }
 

@@ -647,6 +647,13 @@ void moe_experts(const MoeExperts& experts, const __nv_bfloat16* x, int m, int t
   check_launch("moe_experts (grouped gemm)");
 }
 
+bool expert_view_at(const DeviceMatrix& first, const DeviceMatrix& w, int64_t offset) {
+  const auto at = [](const void* ptr) { return reinterpret_cast<intptr_t>(ptr); };
+  return w.type == first.type && w.rows == first.rows && w.cols == first.cols && w.block_rows == first.block_rows &&
+         w.block_cols == first.block_cols && at(w.data) == at(first.data) + offset &&
+         (w.type != WeightType::FP8_E4M3_BLOCK || at(w.scale_inv) == at(first.scale_inv) + offset);
+}
+
 void validate_moe_experts(const MoeExperts& e) {
   check_experts(e, 1);
   const char* names[3] = {"gate", "up", "down"};
@@ -671,16 +678,9 @@ void validate_moe_experts(const MoeExperts& e) {
         throw Error(what + ": FP8 block_cols must be a multiple of 16, got " + std::to_string(w.block_cols));
       // The kernels compute a routed expert's view from first[k] and the stride (MoeExperts): it
       // must be the array's view exactly.
-      if (e.stride != 0) {
-        const DeviceMatrix& f = e.first[k];
-        const int64_t off = int64_t(i) * e.stride;
-        const bool fp8 = w.type == WeightType::FP8_E4M3_BLOCK;
-        if (f.type != w.type || f.rows != w.rows || f.cols != w.cols || f.block_rows != w.block_rows ||
-            f.block_cols != w.block_cols || static_cast<const char*>(f.data) + off != w.data ||
-            (fp8 && reinterpret_cast<const char*>(f.scale_inv) + off != reinterpret_cast<const char*>(w.scale_inv)))
-          throw Error(what + ": not at expert 0's view plus " + std::to_string(i) + " * stride " +
-                      std::to_string(e.stride) + " bytes");
-      }
+      if (e.stride != 0 && !expert_view_at(e.first[k], w, int64_t(i) * e.stride))
+        throw Error(what + ": not at expert 0's view plus " + std::to_string(i) + " * stride " +
+                    std::to_string(e.stride) + " bytes");
     }
   }
 }

@@ -98,4 +98,9 @@ bool moe_experts_decode_params(const MoeExperts& experts, const __nv_bfloat16* x
 // of experts.type, FP8 with scales. Throws rs::Error naming expert, matrix and field.
 void validate_moe_experts(const MoeExperts& experts);
 
+// Whether w is `first` moved by `offset` bytes (data, and FP8 scales alike) with the same type and
+// shape: the view the kernels compute for a routed expert at a uniform stride (MoeExperts::stride).
+// The loader asks it to choose the stride, validate_moe_experts to check one that is set.
+bool expert_view_at(const DeviceMatrix& first, const DeviceMatrix& w, int64_t offset);
+
 }  // namespace rs::cuda
