@@ -11,8 +11,9 @@
 // ring filled by 1-D bulk copies (kernels/common/bulk_copy.cuh): one producer lane issues the
 // copies, eight consumer warps do the dot products. Weights are constant during a step, so the
 // producer issues the first ring stages *before* griddepcontrol.wait: with PDL the copies are in
-// flight while the previous kernel finishes, and a share that fits the ring (o_proj ~62 KB, q/kv
-// ~110 KB an SM on an H200) is entirely in shared memory by the time x is ready.
+// flight while the previous kernel finishes. Only the first one or two (GemvStreamGeom::prewait):
+// a whole share in flight at once (o_proj ~62 KB, q/kv ~110 KB an SM on an H200) delayed the
+// loads of the previous kernel's last steps and this one's input behind it.
 //
 // Stage layout: a stage is rows_per_stage (a multiple of 8) consecutive rows of the block's
 // share, each row (or, for rows wider than a stage allows, one column piece of each row) at a
@@ -41,6 +42,8 @@ constexpr int kStreamConsumerWarps = 8;
 constexpr int kStreamConsumerThreads = kStreamConsumerWarps * 32;  // = the norm's 256 threads
 constexpr int kStreamThreads = kStreamConsumerThreads + 32;        // + one producer warp
 constexpr int kStreamStages = 4;
+constexpr int kStreamPrewaitNormStages = 2;  // copied before the wait: the q/kv launch (norm prologue)
+constexpr int kStreamPrewaitStages = 1;      // the others (o_proj, dense MLP, lm_head)
 
 // Per-launch geometry, computed on the host (linear_kernels.cu, gemv_stream_geometry).
 struct GemvStreamGeom {
@@ -51,6 +54,7 @@ struct GemvStreamGeom {
   uint32_t piece_bytes = 0;    // bytes of one row slot of a stage (multiple of 16; row_bytes if pieces == 1)
   uint32_t stage_bytes = 0;    // rows_per_stage * piece_bytes
   uint32_t xs_offset = 0;      // dynamic shared memory: ring at 0, x at xs_offset
+  uint32_t prewait = kStreamStages;  // stages copied before griddepcontrol.wait (launcher)
 };
 
 // Stage i of a block whose share starts at row rb: rows [r0, r1) of the concatenated jobs, piece
@@ -153,9 +157,10 @@ __device__ __forceinline__ void gemv_stream_op(const DenseGemvParams& p, const G
   uint64_t policy = 0;
   uint32_t issued = 0;
   if (producer) {
-    // Weights only: nothing a predecessor writes, so before the wait.
+    // Weights only: nothing a predecessor writes, so before the wait; but only the first
+    // g.prewait stages (see gemv_stream_launch): the rest after the wait and the input.
     policy = l2_evict_first();
-    const uint32_t first = n_stages < static_cast<uint32_t>(S) ? n_stages : static_cast<uint32_t>(S);
+    const uint32_t first = n_stages < g.prewait ? n_stages : g.prewait;
     if (lane == 0)
       for (; issued < first; ++issued) stream_issue<S>(p, g, smem, ring, issued, rb, re, policy);
     issued = first;

@@ -234,6 +234,15 @@ bool gemv_stream_launch(DenseGemvParams p, int sm_count, cudaStream_t s) {
   }
   g.stage_bytes = static_cast<uint32_t>(g.rows_per_stage) * g.piece_bytes;
   g.xs_offset = static_cast<uint32_t>(kStreamStages) * g.stage_bytes;
+  // Stages copied before griddepcontrol.wait. All of a share that fits the ring was measured
+  // slower than part of it: the copies queue ahead of the loads that end the predecessor's chain
+  // and of this launch's own input loads after the wait (bf16 V2-Lite b1 on an H200, 128 KB ring:
+  // two stages for the q/kv launch with the norm prologue and one for the others, 1.916-1.930
+  // against 1.951-1.952 ms with all four; none for the others, or one for q/kv, slower).
+  // RS_GEMV_PREWAIT_NORM and RS_GEMV_PREWAIT set them for A/B runs.
+  static const int prewait_norm = env_int("RS_GEMV_PREWAIT_NORM", kStreamPrewaitNormStages, 0, kStreamStages);
+  static const int prewait = env_int("RS_GEMV_PREWAIT", kStreamPrewaitStages, 0, kStreamStages);
+  g.prewait = static_cast<uint32_t>(p.norm_residual ? prewait_norm : prewait);
   const size_t smem = g.xs_offset + size_t(p.m) * cols * 2;
   if (smem > size_t(kStreamMaxSmem) || g.stage_bytes >= (1u << 20)) return false;  // mbarrier tx-count limit
   // One block per SM, never more blocks than groups of 8 rows (each block a few rows per warp).
