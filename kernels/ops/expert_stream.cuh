@@ -84,10 +84,17 @@ struct XsRows {
   int lo = 0, n = 0, sps = 0, P = 0;  // first row, rows, stages a slot, rows a stage
   uint32_t stages = 0;                // of all slots
 };
-__device__ __forceinline__ XsRows xs_rows(int total, int per_stage, int slots) {
+__device__ __forceinline__ XsRows xs_rows(int total, int per_stage, int slots, int late = 0, int late_q = 4) {
   XsRows r;
-  r.lo = static_cast<int>(static_cast<int64_t>(blockIdx.x) * total / gridDim.x);
-  r.n = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * total / gridDim.x) - r.lo;
+  // The last `late` blocks weigh late_q quarters of a block (ExpertStreamGeom::late_blocks); the
+  // shares still cover [0, total) exactly, in block order.
+  auto cum = [&](int64_t b) {
+    const int64_t e = static_cast<int64_t>(gridDim.x) - late;
+    return 4 * (b < e ? b : e) + late_q * (b > e ? b - e : 0);
+  };
+  const int64_t T = cum(gridDim.x);
+  r.lo = static_cast<int>(cum(blockIdx.x) * total / T);
+  r.n = static_cast<int>(cum(blockIdx.x + 1) * total / T) - r.lo;
   r.sps = r.n > 0 ? (r.n + per_stage - 1) / per_stage : 0;
   r.P = r.sps > 0 ? (r.n + r.sps - 1) / r.sps : 0;
   r.stages = static_cast<uint32_t>(slots * r.sps);

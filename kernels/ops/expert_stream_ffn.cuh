@@ -128,7 +128,7 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
   const uint32_t gu_row_bytes = static_cast<uint32_t>(hidden) * (kFp8 ? 1u : 2u);
   const uint32_t d_row_bytes = static_cast<uint32_t>(inter) * (kFp8 ? 1u : 2u);
-  const XsRows gu = xs_rows(inter, g.rows_per_stage, g.slots);
+  const XsRows gu = xs_rows(inter, g.rows_per_stage, g.slots, g.late_blocks, g.late_quarters);
   const XsRows dn = kDown ? xs_rows(hidden, g.down_rows_per_stage, g.slots) : XsRows{};
   const uint32_t n_stages = gu.stages + dn.stages;
 

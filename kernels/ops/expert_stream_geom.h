@@ -29,6 +29,19 @@ struct ExpertStreamGeom {
   // step, its advance 37.5 against 38.1 us a layer; 1 starved the ring, 2.17-2.19 ms; the FP8
   // gate_up launch level with 2, so 0 there); RS_XS_INFLIGHT overrides.
   int inflight_stages = 0;
+  // The last late_blocks blocks of the grid take late_quarters / 4 of a block's gate_up rows
+  // (xs_rows); see kXsLateBlocks.
+  int late_blocks = 0, late_quarters = 4;
 };
+
+// The whole FFN behind the cluster router's launch: PDL launches its grid while the router's
+// 8 blocks still hold 8 SMs, whose registers and shared memory leave no room for an FFN block.
+// Blocks are dispatched in index order, so the grid's last 8 start on those SMs only as the router
+// ends (H200 wait probe: ~3 us after the others, which by then have copied their first stages),
+// and every block waits for their h at the grid-wide wait. They take half a share of the gate_up
+// rows (H200, V2-Lite bf16 b1, two calls of three rounds each: 1.899-1.911 against 1.912-1.932 ms
+// a step, and 1.899-1.901 against 1.908; no share at all or a quarter level with a half).
+constexpr int kXsLateBlocks = 8;  // = kRouterClusterBlocks (moe_router_cluster.cuh)
+constexpr int kXsLateQuarters = 2;
 
 }  // namespace rs::kern

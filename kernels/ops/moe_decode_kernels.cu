@@ -206,6 +206,12 @@ bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStrea
   ExpertStreamGeom g;
   if (!expert_stream_geometry(p.experts, p.m, p.top_k, g, true, route_act)) return false;
   const int grid = expert_ffn_grid(p.experts, sm_count);
+  if (!kRoute) {  // behind the cluster router's launch (expert_stream_geom.h); RS_XS_LATE / _Q for A/B
+    static const int late = env_int("RS_XS_LATE", kXsLateBlocks, 0, 64);
+    static const int late_q = env_int("RS_XS_LATE_Q", kXsLateQuarters, 0, 4);
+    g.late_blocks = std::min(late, grid - 1);
+    g.late_quarters = late_q;
+  }
   const int rows_per_block = (p.experts.hidden + grid - 1) / grid;
   if (rows_per_block > kXsConsumerWarps * kXsDownRowsPerWarp) return false;
   auto* ffn = expert_stream_ffn_kernel<kFp8, kRoute>;

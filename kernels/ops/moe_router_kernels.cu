@@ -3,6 +3,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/matmul_pdl.cuh"
 #include "kernels/ops/moe_router.cuh"
+#include "kernels/ops/expert_stream_geom.h"
 #include "kernels/ops/moe_router_cluster.cuh"
 
 // Launched with programmatic stream serialization (kern::launch_pdl): each kernel waits for its
@@ -31,6 +32,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_cluster_kernel(cons
   pdl::probe_mark(kern::kProbeEnd);
 }
 namespace {
+static_assert(kern::kXsLateBlocks == kRouterClusterBlocks, "the FFN's late blocks are the cluster router's SMs");
 // RS_ROUTER_CLUSTER=0: the 64-block fused router where the cluster one applies (A/B runs);
 // set_router_cluster() switches at run time.
 bool g_router_cluster = kern::env_int("RS_ROUTER_CLUSTER", 1, 0, 1) == 1;
