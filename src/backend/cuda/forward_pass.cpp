@@ -335,7 +335,7 @@ void ForwardPass::dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloa
     RS_OP(norm ? "add+rmsnorm + mlp gate+up (grouped)" : "mlp gate+up (grouped)");
     const LinearJob gu[2] = {{m.gate, g_.get<__nv_bfloat16>()}, {m.up, u_.get<__nv_bfloat16>()}};
     if (rec_) {
-      if (norm) throw MegaUnsupported("a dense MLP with the norm folded in");
+      if (norm) rec_->add_rmsnorm(*norm);
       rec_->gemv(gu, 2, xn_.get<__nv_bfloat16>(), n, nullptr);
     } else {
       linear_group(gu, 2, xn_.get<__nv_bfloat16>(), n, lws, stream, norm);
@@ -509,13 +509,11 @@ bool ForwardPass::router_takes_norm(int layer, int n) const {
 }
 
 void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1,
-                      const __nv_bfloat16* attn_delta) {
+                      const __nv_bfloat16* attn_delta, const AddRmsNormParams* dense_norm) {
   const ModelSpec& s = spec_;
   const DeviceLayer& L = w_.layers[layer];
   if (!L.moe) {
-    const AddRmsNormParams* norm = post_norm_;
-    post_norm_ = nullptr;
-    dense_mlp(L.dense, n, s.intermediate_size, mlp_out_.get<__nv_bfloat16>(), stream, norm);
+    dense_mlp(L.dense, n, s.intermediate_size, mlp_out_.get<__nv_bfloat16>(), stream, dense_norm);
     *d0 = mlp_out_.get<__nv_bfloat16>();
     *d1 = nullptr;
     return;
@@ -647,20 +645,21 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
     an.weight = L.input_norm;
     input_norm_ = &an;  // run by attention(): alone, or folded into the q/kv GEMV launch
     attention(l, n, nd, prefills, stream);
+    const AddRmsNormParams* dense_norm = nullptr;
     if (router_takes_norm(l, n)) {
       pending = attn_out_.get<__nv_bfloat16>();
     } else {
       an.delta0 = attn_out_.get<__nv_bfloat16>();
       an.delta1 = an.delta2 = nullptr;
       an.weight = L.post_norm;
-      if (!L.moe && !rec_) {
-        post_norm_ = &an;  // run by dense_mlp(), in its gate + up launch
+      if (!L.moe) {
+        dense_norm = &an;  // run by dense_mlp(), in its gate + up launch
       } else {
         RS_OP("add+rmsnorm");
         rec_ ? rec_->add_rmsnorm(an) : launch_add_rmsnorm(an, stream);
       }
     }
-    mlp(l, n, stream, &d0, &d1, pending);
+    mlp(l, n, stream, &d0, &d1, pending, dense_norm);
   }
   set_deltas();
   an.weight = w_.final_norm;

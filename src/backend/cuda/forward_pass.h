@@ -88,16 +88,14 @@ class ForwardPass {
   const AddRmsNormParams* input_norm_ = nullptr;
   // attn_delta: the attention output when the post-attention add + RMSNorm is left to the fused
   // router (router_takes_norm); the caller then adds it to the residual in the next add + RMSNorm.
+  // dense_norm: a dense layer's post-attention add + RMSNorm, left to dense_mlp().
   void mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1,
-           const __nv_bfloat16* attn_delta = nullptr);
+           const __nv_bfloat16* attn_delta = nullptr, const AddRmsNormParams* dense_norm = nullptr);
   bool router_takes_norm(int layer, int n) const;
   // norm (optional): the add + RMSNorm producing xn_, run by the gate + up launch (linear_group:
-  // its prologue for one or two rows).
+  // its prologue for one or two rows); recorded as an op of its own for the megakernel.
   void dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloat16* out, cudaStream_t stream,
                  const AddRmsNormParams* norm = nullptr);
-  // A dense layer's post-attention add + RMSNorm: forward() leaves it here and mlp() hands it to
-  // dense_mlp(). Not while recording the megakernel.
-  const AddRmsNormParams* post_norm_ = nullptr;
   // linear(), or its GEMV recorded into rec_.
   void linear_or_record(const DeviceMatrix& w, const __nv_bfloat16* x, int m, __nv_bfloat16* y,
                         const LinearWorkspace& ws, cudaStream_t stream);
