@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "kernels/ops/moe_router_params.h"
 #include "model/model_spec.h"
@@ -140,6 +141,27 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
     r += double(b[i]) * b[i];
   }
   return std::sqrt(d / (r + 1e-30));
+}
+
+// One greedy step of sequence 1: `tokens` at start_pos (a one-token step after the prompt is a
+// batch-1 decode step, the prompt a prefill); returns the sampled id.
+inline int32_t greedy_step(Backend& be, const std::vector<int32_t>& tokens, int start_pos,
+                           const std::vector<int32_t>& table) {
+  static SamplingParams greedy = [] {
+    SamplingParams g;
+    g.temperature = 0;
+    return g;
+  }();
+  Batch b;
+  SeqStep s;
+  s.seq_id = 1;
+  s.tokens = tokens;
+  s.start_pos = start_pos;
+  s.block_table = table;
+  s.sample = true;
+  s.sampling.params = &greedy;
+  b.seqs.push_back(s);
+  return be.execute(b)[0].token->id;
 }
 
 }  // namespace rs::cudatest

@@ -35,26 +35,6 @@ std::vector<int32_t> table_of(int n) {
   return t;
 }
 
-// One step of `tokens` at start_pos: greedy sample (a decode step of one token runs the decode
-// path: the megakernel where it is on), or the prompt's prefill.
-int32_t step(rs::Backend& be, const std::vector<int32_t>& tokens, int start_pos, const std::vector<int32_t>& table) {
-  static rs::SamplingParams greedy = [] {
-    rs::SamplingParams g;
-    g.temperature = 0;
-    return g;
-  }();
-  rs::Batch b;
-  rs::SeqStep s;
-  s.seq_id = 1;
-  s.tokens = tokens;
-  s.start_pos = start_pos;
-  s.block_table = table;
-  s.sample = true;
-  s.sampling.params = &greedy;
-  b.seqs.push_back(s);
-  return be.execute(b)[0].token->id;
-}
-
 struct Backends {
   std::unique_ptr<rs::Backend> per_op, mega;
 };
@@ -90,19 +70,19 @@ TEST_CASE("decode megakernel: every fixture model's decode steps match the per-o
     // The switch is read when a backend records its program (its first one-token decode step):
     // each backend's steps run under its own setting.
     rs::cuda::set_megakernel(false);
-    int32_t tok = step(*be.per_op, prompt, 0, table);
+    int32_t tok = greedy_step(*be.per_op, prompt, 0, table);
     rs::cuda::set_megakernel(true);
-    REQUIRE(step(*be.mega, prompt, 0, table) == tok);  // the prefill runs the same kernels
+    REQUIRE(greedy_step(*be.mega, prompt, 0, table) == tok);  // the prefill runs the same kernels
     const int V = spec.vocab_size;
     const float noise = spec.quant.fp8_block ? 0.1f : 0.05f;
     double worst = 1.0;
     for (int t = 0; t < 12; ++t) {
       const int pos = int(prompt.size()) + t;
       rs::cuda::set_megakernel(false);
-      const int32_t ref_next = step(*be.per_op, {tok}, pos, table);
+      const int32_t ref_next = greedy_step(*be.per_op, {tok}, pos, table);
       const std::vector<float> ref = rs::cuda_last_step_logits(*be.per_op, 0);
       rs::cuda::set_megakernel(true);
-      const int32_t mega_next = step(*be.mega, {tok}, pos, table);
+      const int32_t mega_next = greedy_step(*be.mega, {tok}, pos, table);
       const std::vector<float> got = rs::cuda_last_step_logits(*be.mega, 0);
       const double c = cosine(got.data(), ref.data(), V);
       worst = std::min(worst, c);

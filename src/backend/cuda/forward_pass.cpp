@@ -15,6 +15,7 @@
 #include "kernels/ops/lm_head_params.h"
 #include "kernels/ops/mla_absorb_params.h"
 #include "kernels/ops/mla_decode_params.h"
+#include "kernels/ops/mla_v_up_o_params.h"
 #include "kernels/ops/mla_prefill_params.h"
 #include "kernels/ops/moe_decode_launch.h"
 #include "kernels/ops/moe_router_params.h"
@@ -147,6 +148,9 @@ void ForwardPass::ensure_capacity(const Capacity& want, cudaStream_t stream,
   for (int r = 1; r <= c.decode_rows; ++r) max_parts = std::max(max_parts, size_t(r) * decode_splits(r));
   part_o_.reset(max_parts * nh * R * 4, "attention partials");
   part_lse_.reset(max_parts * nh * 4, "attention partial lse");
+  vupo_partials_.reset(nh * size_t(kVUpOHidden) * 4, "attention output head partials");
+  vupo_counters_.reset(kVUpOCluster * 4, "attention output chunk counters");
+  RS_CUDA(cudaMemsetAsync(vupo_counters_.get(), 0, vupo_counters_.bytes(), stream));
   if (c.ctx > 0) {
     lat_.reset(size_t(c.ctx) * R * 2, "prefill latents");
     pe_.reset(size_t(c.ctx) * s.qk_rope_head_dim * 2, "prefill rope keys");
@@ -448,6 +452,25 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     dp.kv_dim = kvd;
     dp.scale = scale;
     { RS_OP("mla decode attention"); rec_ ? rec_->attention(dp) : launch_mla_decode(dp, stream); }
+    // One token: merge, W_UV and o_proj as one launch where the shapes allow (mla_v_up_o.cuh).
+    MlaVUpOParams vo;
+    vo.part_o = dp.part_o;
+    vo.part_lse = dp.part_lse;
+    vo.splits = dp.splits;
+    vo.kv_b = L.kv_b_bf16;
+    vo.heads = nh;
+    vo.nope = nope;
+    vo.vdim = vd;
+    vo.kv_lora = R;
+    vo.o = L.o_proj;
+    vo.out = attn_out_.get<__nv_bfloat16>();
+    vo.partials = vupo_partials_.get<float>();
+    vo.counters = vupo_counters_.get<int>();
+    if (!rec_ && n == 1 && nd == 1 && prefills.empty() && merge_in_v_up && mla_v_up_o_supported(vo)) {
+      RS_OP("mla v up + split merge + o_proj");
+      launch_mla_v_up_o(vo, stream);
+      return;
+    }
     MlaVUpParams vu;
     vu.o_latent = olat_.get<__nv_bfloat16>();
     vu.kv_b = L.kv_b_bf16;

@@ -120,6 +120,9 @@ class ForwardPass {
   DeviceBuffer residual_, xn_, qa_, q_, kva_, qabs_, olat_, attn_v_, attn_out_;
   DeviceBuffer g_, u_, act_, mlp_out_, shared_out_, topk_ids_, topk_w_, part_o_, part_lse_;
   DeviceBuffer lat_, pe_, kvexp_, logits_, linear_ws_, moe_ws_, router_logits_, route_margins_;
+  // One token's fused merge + W_UV + o_proj: per-head o_proj partials, and a counter per row
+  // chunk, left zero by the kernel.
+  DeviceBuffer vupo_partials_, vupo_counters_;
   DeviceBuffer router_counters_;  // fused router: one int per 8-token chunk, left zero by the kernel
   // step metadata
   DeviceBuffer meta_, bt_, prefill_bt_;

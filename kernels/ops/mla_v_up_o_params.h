@@ -1,0 +1,41 @@
+#pragma once
+// One decode token's attention output in one launch: the split merge, W_UV and o_proj
+// (kernels/ops/mla_v_up_o.cuh). At batch 1 the three are short, latency-bound steps (a few MB of
+// weights each); as two launches (v_up with the merge, then the o_proj GEMV) the o_proj waited
+// for the whole v_up grid and re-read its input through a kernel boundary.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/ops/linear_params.h"
+
+namespace rs::cuda {
+
+// Geometry the kernel is written for (V2-Lite's attention): a cluster of 8 blocks a head, block
+// c merging latent columns [64c, 64c + 64) and computing o_proj rows [256c, 256c + 256) of the
+// head's 128 value columns.
+constexpr int kVUpOCluster = 8;
+constexpr int kVUpOThreads = 256;
+constexpr int kVUpOLatent = 512;
+constexpr int kVUpOVdim = 128;
+constexpr int kVUpOHidden = 2048;
+
+struct MlaVUpOParams {
+  const float* part_o = nullptr;      // [heads, splits, kv_lora] (one token)
+  const float* part_lse = nullptr;    // [heads, splits], log2 units; empty splits -inf
+  int splits = 0;
+  const __nv_bfloat16* kv_b = nullptr;  // bf16 [heads * (nope + v), kv_lora]
+  int heads = 0, nope = 0, vdim = 0, kv_lora = 0;
+  DeviceMatrix o;                      // o_proj [hidden, heads * v], bf16 or block-scaled e4m3
+  __nv_bfloat16* out = nullptr;        // [hidden]
+  float* partials = nullptr;           // [heads, hidden] scratch
+  int* counters = nullptr;             // [kVUpOCluster], zero between launches (the kernel leaves them so)
+};
+
+// Whether the fused launch computes this token's output (else: launch_mla_v_up + the o_proj linear).
+bool mla_v_up_o_supported(const MlaVUpOParams& p);
+void launch_mla_v_up_o(const MlaVUpOParams& p, cudaStream_t stream);
+// RS_VUP_O=0 turns the fused launch off (A/B runs); set at run time by tests.
+bool mla_v_up_o_enabled();
+void set_mla_v_up_o(bool on);
+
+}  // namespace rs::cuda
