@@ -84,25 +84,28 @@ __device__ __forceinline__ float dot4_e4m3_f32(uint32_t w, const float* x, float
 }  // namespace vupo
 
 // A block's weights, fetched before the wait: W_UV's pieces (4 rows of 8 lanes x 8 latent
-// columns, 4 rounds) and FP8 W_o's block scales in registers; W_o's slice by cp.async into shared
-// memory (64 KB bf16, 32 KB e4m3), each thread's pieces at the places it reads them back from, so
-// it waits for its own copies only. In registers the bf16 slice took the kernel to 145 registers
-// a thread: its blocks then did not fit beside the split attention's and half the clusters only
-// started loading once the attention had drained (H200: 9.98 us in the chain, vs 5.6 in FP8).
+// columns, 4 rounds) in registers; W_o's slice too in FP8 (32 KB, 96 registers a thread), but
+// in bf16 (64 KB) by cp.async into shared memory, each thread's pieces at the places it reads
+// them back from, so it waits for its own copies only. In registers the bf16 slice took the
+// kernel to 145 registers a thread: its blocks then did not fit beside the split attention's and
+// half the clusters only started loading once the attention had drained (H200: 9.98 us in the
+// chain). FP8 from shared memory was 0.5% slower a step (6.14 vs 5.63 us in the chain).
 // All of it before the wait, although those 10 MB slow the split attention they overlap (4.35 ->
 // 4.6-5.6 us): half or a quarter of W_o fetched after the wait was slower, none slower still.
 // W_o: bf16 2 rows an instruction (16 lanes x 8 columns), 16 rounds; e4m3 4 rows (8 lanes x 16
 // columns), 8 rounds.
 template <bool kFp8>
 struct VUpORegs {
+  static constexpr bool kORegs = kFp8;  // W_o's slice in registers (else in shared memory)
   static constexpr int kORounds = kFp8 ? 8 : 16;
   static constexpr int kOLanes = kFp8 ? 8 : 16;  // lanes sharing a row
   static constexpr int kRowBytes = kVUpOVdim * (kFp8 ? 1 : 2);
   float oscale[kFp8 ? kORounds : 1];
   uint4 uv[vupo::kUvRounds];
+  uint4 o[kORegs ? kORounds : 1];
 };
 template <bool kFp8>
-constexpr int mla_v_up_o_smem_bytes() { return vupo::kRows * VUpORegs<kFp8>::kRowBytes; }
+constexpr int mla_v_up_o_smem_bytes() { return VUpORegs<kFp8>::kORegs ? 0 : vupo::kRows * VUpORegs<kFp8>::kRowBytes; }
 
 // Where lane `lane` of warp `warp` keeps piece q of its W_o slice (bytes into the block's slice).
 template <bool kFp8>
@@ -128,7 +131,8 @@ __device__ __forceinline__ void mla_v_up_o_prefetch(const MlaVUpOParams& p, int 
 #pragma unroll
   for (int q = 0; q < R::kORounds; ++q) {
     const int64_t row = row0 + (32 / R::kOLanes) * q + lane / R::kOLanes;
-    ptx::cp_async16(wo_s + vupo_piece_offset<kFp8>(warp, lane, q), o + row * row_bytes, true);
+    if constexpr (R::kORegs) r.o[q] = kern::ld_stream16(o + row * row_bytes);
+    else ptx::cp_async16(wo_s + vupo_piece_offset<kFp8>(warp, lane, q), o + row * row_bytes, true);
     if constexpr (kFp8) {
       const int64_t scale_cols = (p.o.cols + p.o.block_cols - 1) / p.o.block_cols;
       r.oscale[q] = __ldg(p.o.scale_inv + (row / p.o.block_rows) * scale_cols + col / p.o.block_cols);
@@ -233,7 +237,7 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
     float a[R::kORounds];
 #pragma unroll
     for (int q = 0; q < R::kORounds; ++q) {
-      const uint4 w = *reinterpret_cast<const uint4*>(wo_s + vupo_piece_offset<kFp8>(warp, lane, q));
+      const uint4 w = R::kORegs ? r.o[q] : *reinterpret_cast<const uint4*>(wo_s + vupo_piece_offset<kFp8>(warp, lane, q));
       if constexpr (kFp8) {
         float d = vupo::dot4_e4m3_f32(w.x, x, 0.f);
         d = vupo::dot4_e4m3_f32(w.y, x + 4, d);

@@ -38,8 +38,8 @@ void launch_v_up_o(const MlaVUpOParams& p, cudaStream_t stream) {
   constexpr int smem = mla_v_up_o_smem_bytes<kFp8>();
   kern::apply_carveout(mla_v_up_o_kernel<kFp8>, "attention");
   if (!kern::allow_dynamic_smem(mla_v_up_o_kernel<kFp8>, smem)) return;  // the launch check reports it
-  (void)kern::launch_with_pdl(mla_v_up_o_kernel<kFp8>, dim3(p.heads * kVUpOCluster), dim3(kVUpOThreads), kVUpOCluster,
-                              smem, stream, kern::matmul_pdl(), p);
+  (void)kern::launch_with_pdl(mla_v_up_o_kernel<kFp8>, dim3(p.heads * kVUpOCluster), dim3(kVUpOThreads),
+                              kVUpOCluster, smem, stream, kern::matmul_pdl(), p);
 }
 
 void launch_mla_v_up_o(const MlaVUpOParams& p, cudaStream_t stream) {
