@@ -37,7 +37,7 @@ template <bool kFp8>
 void launch_v_up_o(const MlaVUpOParams& p, cudaStream_t stream) {
   constexpr int smem = mla_v_up_o_smem_bytes<kFp8>();
   kern::apply_carveout(mla_v_up_o_kernel<kFp8>, "attention");
-  if (!kern::allow_dynamic_smem(mla_v_up_o_kernel<kFp8>, smem)) return;  // the launch check reports it
+  kern::allow_dynamic_smem(mla_v_up_o_kernel<kFp8>, smem);  // a refusal shows as the launch's error
   (void)kern::launch_with_pdl(mla_v_up_o_kernel<kFp8>, dim3(p.heads * kVUpOCluster), dim3(kVUpOThreads),
                               kVUpOCluster, smem, stream, kern::matmul_pdl(), p);
 }
