@@ -27,6 +27,7 @@
 #include "kernels/common/mma_ptx.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
+#include "kernels/ops/mla_decode_params.h"
 #include "kernels/ops/mla_v_up_o_params.h"
 
 namespace rs::cuda {
@@ -36,7 +37,7 @@ constexpr int kWarps = kVUpOThreads / 32;
 constexpr int kCols = kVUpOLatent / kVUpOCluster;           // 64 latent columns a block
 constexpr int kRows = kVUpOHidden / kVUpOCluster;           // 256 o_proj rows a block
 constexpr int kSplitGroups = kVUpOThreads / (kCols / 4);    // 16: threads (split group, float4 column)
-constexpr int kSplitRounds = 64 / kSplitGroups;             // kMlaDecodeMaxSplits = 64
+constexpr int kSplitRounds = kMlaDecodeMaxSplits / kSplitGroups;  // 4 splits a thread at most
 constexpr int kUvRounds = kVUpOVdim / kWarps / 4;           // 4: 4 rows of 8 lanes an instruction
 static_assert(kRows == kWarps * 32, "a warp writes 32 o_proj rows, one a lane");
 static_assert(kUvRounds == 4, "W_UV: a warp's 16 rows in 4 rounds");
@@ -84,40 +85,38 @@ __device__ __forceinline__ float dot4_e4m3_f32(uint32_t w, const float* x, float
 }  // namespace vupo
 
 // A block's weights, fetched before the wait: W_UV's pieces (4 rows of 8 lanes x 8 latent
-// columns, 4 rounds) in registers; W_o's slice too in FP8 (32 KB, 96 registers a thread), but
-// in bf16 (64 KB) by cp.async into shared memory, each thread's pieces at the places it reads
-// them back from, so it waits for its own copies only. In registers the bf16 slice took the
-// kernel to 145 registers a thread: its blocks then did not fit beside the split attention's and
-// half the clusters only started loading once the attention had drained (H200: 9.98 us in the
-// chain). FP8 from shared memory was 0.5% slower a step (6.14 vs 5.63 us in the chain).
-// All of it before the wait, although those 10 MB slow the split attention they overlap (4.35 ->
-// 4.6-5.6 us): half or a quarter of W_o fetched after the wait was slower, none slower still.
+// columns, 4 rounds) in registers, and W_o's slice: its first 8 rounds in registers (FP8's whole
+// 32 KB, 96 registers a thread; half of bf16's 64 KB, 90 registers), the rest (bf16) by
+// cp.async into shared memory, read back by the thread that copied it, which waits for its own
+// copies only. H200, bf16: the whole slice in registers took 145 registers a thread, so the
+// blocks did not fit beside the split attention's and half the clusters only started loading
+// once it had drained (9.98 us in the chain); the whole slice in shared memory slowed the split
+// attention sharing those SMs (4.35 -> 5.63 us), half and half did not (a step -0.6%). FP8 in
+// shared memory was 0.5% slower. All of it before the wait: half or a quarter of W_o fetched
+// after the wait was slower, none slower still.
 // W_o: bf16 2 rows an instruction (16 lanes x 8 columns), 16 rounds; e4m3 4 rows (8 lanes x 16
 // columns), 8 rounds.
-template <bool kFp8>
+template <bool kFp8, int kRegRounds = 8>
 struct VUpORegs {
-  static constexpr bool kORegs = kFp8;  // W_o's slice in registers (else in shared memory)
   static constexpr int kORounds = kFp8 ? 8 : 16;
+  static constexpr int kORegRounds = kRegRounds;  // W_o pieces in registers; the rest in shared memory
   static constexpr int kOLanes = kFp8 ? 8 : 16;  // lanes sharing a row
   static constexpr int kRowBytes = kVUpOVdim * (kFp8 ? 1 : 2);
   float oscale[kFp8 ? kORounds : 1];
   uint4 uv[vupo::kUvRounds];
-  uint4 o[kORegs ? kORounds : 1];
+  uint4 o[kRegRounds > 0 ? kRegRounds : 1];
 };
-template <bool kFp8>
-constexpr int mla_v_up_o_smem_bytes() { return VUpORegs<kFp8>::kORegs ? 0 : vupo::kRows * VUpORegs<kFp8>::kRowBytes; }
+template <bool kFp8, int kRegRounds = 8>
+constexpr int mla_v_up_o_smem_bytes() { return (VUpORegs<kFp8>::kORounds - kRegRounds) * 16 * kVUpOThreads; }
 
-// Where lane `lane` of warp `warp` keeps piece q of its W_o slice (bytes into the block's slice).
-template <bool kFp8>
-__device__ __forceinline__ int vupo_piece_offset(int warp, int lane, int q) {
-  using R = VUpORegs<kFp8>;
-  return (32 * warp + (32 / R::kOLanes) * q + lane / R::kOLanes) * R::kRowBytes + 16 * (lane % R::kOLanes);
-}
+// Where the thread keeps piece q (>= kORegRounds) of its W_o slice: piece-major, so a warp's
+// 16-byte pieces of one round are 512 consecutive bytes.
+__device__ __forceinline__ int vupo_piece_offset(int q_smem) { return (q_smem * kVUpOThreads + threadIdx.x) * 16; }
 
-template <bool kFp8>
-__device__ __forceinline__ void mla_v_up_o_prefetch(const MlaVUpOParams& p, int head, int c, VUpORegs<kFp8>& r,
-                                                    uint8_t* wo_s) {
-  using R = VUpORegs<kFp8>;
+template <bool kFp8, int kRegRounds>
+__device__ __forceinline__ void mla_v_up_o_prefetch(const MlaVUpOParams& p, int head, int c,
+                                                    VUpORegs<kFp8, kRegRounds>& r, uint8_t* wo_s) {
+  using R = VUpORegs<kFp8, kRegRounds>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const __nv_bfloat16* uv =
       p.kv_b + (static_cast<int64_t>(head) * (p.nope + p.vdim) + p.nope) * p.kv_lora + c * vupo::kCols + 8 * (lane & 7);
@@ -131,8 +130,8 @@ __device__ __forceinline__ void mla_v_up_o_prefetch(const MlaVUpOParams& p, int 
 #pragma unroll
   for (int q = 0; q < R::kORounds; ++q) {
     const int64_t row = row0 + (32 / R::kOLanes) * q + lane / R::kOLanes;
-    if constexpr (R::kORegs) r.o[q] = kern::ld_stream16(o + row * row_bytes);
-    else ptx::cp_async16(wo_s + vupo_piece_offset<kFp8>(warp, lane, q), o + row * row_bytes, true);
+    if (q < kRegRounds) r.o[q < kRegRounds ? q : 0] = kern::ld_stream16(o + row * row_bytes);
+    else ptx::cp_async16(wo_s + vupo_piece_offset(q - kRegRounds), o + row * row_bytes, true);
     if constexpr (kFp8) {
       const int64_t scale_cols = (p.o.cols + p.o.block_cols - 1) / p.o.block_cols;
       r.oscale[q] = __ldg(p.o.scale_inv + (row / p.o.block_rows) * scale_cols + col / p.o.block_cols);
@@ -149,11 +148,12 @@ struct VUpOSmem {
   int last;
 };
 
-template <bool kFp8>
-__device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int head, int c, const VUpORegs<kFp8>& r,
-                                                   const uint8_t* wo_s, VUpOSmem& sm) {
+template <bool kFp8, int kRegRounds>
+__device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int head, int c,
+                                                   const VUpORegs<kFp8, kRegRounds>& r, const uint8_t* wo_s,
+                                                   VUpOSmem& sm) {
   namespace cg = cooperative_groups;
-  using R = VUpORegs<kFp8>;
+  using R = VUpORegs<kFp8, kRegRounds>;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   // 1. Merge: every load of the step at once (lse for the warp's max and sum, the thread's own
@@ -237,7 +237,8 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
     float a[R::kORounds];
 #pragma unroll
     for (int q = 0; q < R::kORounds; ++q) {
-      const uint4 w = R::kORegs ? r.o[q] : *reinterpret_cast<const uint4*>(wo_s + vupo_piece_offset<kFp8>(warp, lane, q));
+      const uint4 w = q < kRegRounds ? r.o[q < kRegRounds ? q : 0]
+                                     : *reinterpret_cast<const uint4*>(wo_s + vupo_piece_offset(q - kRegRounds));
       if constexpr (kFp8) {
         float d = vupo::dot4_e4m3_f32(w.x, x, 0.f);
         d = vupo::dot4_e4m3_f32(w.y, x + 4, d);
@@ -273,14 +274,14 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// wo_s: mla_v_up_o_smem_bytes<kFp8>() of shared memory, 16-byte aligned.
-template <bool kFp8>
+// wo_s: mla_v_up_o_smem_bytes<kFp8, kRegRounds>() of shared memory, 16-byte aligned.
+template <bool kFp8, int kRegRounds = 8>
 __device__ __forceinline__ void mla_v_up_o_block(const MlaVUpOParams& p, int head, int c, uint8_t* wo_s) {
   __shared__ __align__(16) VUpOSmem sm;
-  VUpORegs<kFp8> r;
-  mla_v_up_o_prefetch<kFp8>(p, head, c, r, wo_s);
+  VUpORegs<kFp8, kRegRounds> r;
+  mla_v_up_o_prefetch<kFp8, kRegRounds>(p, head, c, r, wo_s);
   pdl::wait();
-  mla_v_up_o_compute<kFp8>(p, head, c, r, wo_s, sm);
+  mla_v_up_o_compute<kFp8, kRegRounds>(p, head, c, r, wo_s, sm);
 }
 
 }  // namespace rs::cuda

@@ -35,7 +35,6 @@ struct MlaVUpOParams {
 bool mla_v_up_o_supported(const MlaVUpOParams& p);
 void launch_mla_v_up_o(const MlaVUpOParams& p, cudaStream_t stream);
 // RS_VUP_O=0 turns the fused launch off (A/B runs); set at run time by tests.
-bool mla_v_up_o_enabled();
 void set_mla_v_up_o(bool on);
 
 }  // namespace rs::cuda
