@@ -1,5 +1,5 @@
 #pragma once
-// Opting a kernel in to more than 48 KB of dynamic shared memory. cudaFuncSetAttribute acts on
+// Opting a kernel in to more than 48 KB of shared memory (static + dynamic). cudaFuncSetAttribute acts on
 // the kernel for the current device only, so a once-per-process guard leaves every other GPU at
 // the default and their launches fail (tensor-parallel ranks launch on devices 1..N-1 from their
 // own threads). Here the opt-in is remembered per (host thread, device, kernel), raised when a
@@ -12,7 +12,7 @@
 namespace rs::kern {
 
 inline bool allow_dynamic_smem(const void* kernel, int bytes) {
-  if (bytes <= 48 * 1024) return true;
+  if (bytes <= 0) return true;
   struct Entry {
     const void* kernel;
     int device, bytes;
@@ -25,6 +25,19 @@ inline bool allow_dynamic_smem(const void* kernel, int bytes) {
   }
   for (const Entry& e : set)
     if (e.kernel == kernel && e.device == dev && e.bytes >= bytes) return true;
+  // The default limit covers static and dynamic shared memory together: 48 KB of dynamic memory
+  // or less needs the opt-in too when the kernel's static arrays take it past 48 KB.
+  if (bytes <= 48 * 1024) {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+      cudaGetLastError();  // clears only this call's error (it returned one)
+      return false;
+    }
+    if (attr.sharedSizeBytes + size_t(bytes) <= 48 * 1024) {
+      set.push_back({kernel, dev, bytes});
+      return true;
+    }
+  }
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
     cudaGetLastError();
     return false;
