@@ -12,20 +12,13 @@
 #include <vector>
 
 #include "kernels/common/bulk_copy.cuh"
+#include "tests/gpu/cu_test_util.h"
 
 namespace rs::bulk_test {
 namespace {
 
-// (cuda_test_util.h is C++20 host code; this file is compiled as CUDA C++17.)
-bool skip_without_gpu(const char* test) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return false;
-  std::printf("[gpu.cuda] %s: skipped, no CUDA device\n", test);
-  return true;
-}
-void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using rs::cutest::ok;
+using rs::cutest::skip_without_gpu;
 
 constexpr int kStages = 4;  // round-robin consumers must divide it (BulkRing's ordering rule)
 

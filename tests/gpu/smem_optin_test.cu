@@ -5,22 +5,15 @@
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
-#include <cstdio>
-#include <stdexcept>
-#include <string>
 #include <vector>
 
 #include "kernels/common/smem_optin.h"
+#include "tests/gpu/cu_test_util.h"
 
 namespace rs::smem_optin_test {
 namespace {
 
-bool skip_without_gpu(const char* test) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return false;
-  std::printf("[gpu.cuda] %s: skipped, no CUDA device\n", test);
-  return true;
-}
+using rs::cutest::skip_without_gpu;
 
 constexpr int kStatic = 8 * 1024;
 
