@@ -154,6 +154,13 @@ TEST_SUITE("gpu.cuda") {
 // reference), with the argmax equal wherever the margin is above bf16 noise.
 TEST_CASE("mla v up + o_proj: V2-Lite decode steps with the fused launch match the two-launch path, bf16 and FP8") {
   if (skip_without_gpu("mla v up + o_proj at V2-Lite shapes")) return;
+  size_t free_b = 0, total_b = 0;
+  ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  if (free_b < (size_t(40) << 30)) {  // one backend's bf16 dummy weights take ~31 GB
+    std::printf("[gpu.cuda] mla v up + o_proj at V2-Lite shapes: skipped, %.1f GB free on the GPU (needs 40)\n",
+                double(free_b) / (1 << 30));
+    return;
+  }
   for (bool fp8 : {false, true}) {
     INFO("fp8 " << fp8);
     rs::ModelSpec spec = rs::load_model_spec(std::string(RS_FIXTURES_DIR) + "/model-shapes/deepseek-v2-lite");
