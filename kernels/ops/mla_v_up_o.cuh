@@ -96,27 +96,27 @@ __device__ __forceinline__ float dot4_e4m3_f32(uint32_t w, const float* x, float
 // after the wait was slower, none slower still.
 // W_o: bf16 2 rows an instruction (16 lanes x 8 columns), 16 rounds; e4m3 4 rows (8 lanes x 16
 // columns), 8 rounds.
-template <bool kFp8, int kRegRounds = 8>
+constexpr int kVUpORegRounds = 8;  // W_o pieces a thread holds in registers; the rest in shared memory
+template <bool kFp8>
 struct VUpORegs {
   static constexpr int kORounds = kFp8 ? 8 : 16;
-  static constexpr int kORegRounds = kRegRounds;  // W_o pieces in registers; the rest in shared memory
   static constexpr int kOLanes = kFp8 ? 8 : 16;  // lanes sharing a row
   static constexpr int kRowBytes = kVUpOVdim * (kFp8 ? 1 : 2);
   float oscale[kFp8 ? kORounds : 1];
   uint4 uv[vupo::kUvRounds];
-  uint4 o[kRegRounds > 0 ? kRegRounds : 1];
+  uint4 o[kVUpORegRounds];
 };
-template <bool kFp8, int kRegRounds = 8>
-constexpr int mla_v_up_o_smem_bytes() { return (VUpORegs<kFp8>::kORounds - kRegRounds) * 16 * kVUpOThreads; }
+template <bool kFp8>
+constexpr int mla_v_up_o_smem_bytes() { return (VUpORegs<kFp8>::kORounds - kVUpORegRounds) * 16 * kVUpOThreads; }
 
-// Where the thread keeps piece q (>= kORegRounds) of its W_o slice: piece-major, so a warp's
+// Where the thread keeps piece q (>= kVUpORegRounds) of its W_o slice: piece-major, so a warp's
 // 16-byte pieces of one round are 512 consecutive bytes.
 __device__ __forceinline__ int vupo_piece_offset(int q_smem) { return (q_smem * kVUpOThreads + threadIdx.x) * 16; }
 
-template <bool kFp8, int kRegRounds>
-__device__ __forceinline__ void mla_v_up_o_prefetch(const MlaVUpOParams& p, int head, int c,
-                                                    VUpORegs<kFp8, kRegRounds>& r, uint8_t* wo_s) {
-  using R = VUpORegs<kFp8, kRegRounds>;
+template <bool kFp8>
+__device__ __forceinline__ void mla_v_up_o_prefetch(const MlaVUpOParams& p, int head, int c, VUpORegs<kFp8>& r,
+                                                    uint8_t* wo_s) {
+  using R = VUpORegs<kFp8>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const __nv_bfloat16* uv =
       p.kv_b + (static_cast<int64_t>(head) * (p.nope + p.vdim) + p.nope) * p.kv_lora + c * vupo::kCols + 8 * (lane & 7);
@@ -130,8 +130,8 @@ __device__ __forceinline__ void mla_v_up_o_prefetch(const MlaVUpOParams& p, int 
 #pragma unroll
   for (int q = 0; q < R::kORounds; ++q) {
     const int64_t row = row0 + (32 / R::kOLanes) * q + lane / R::kOLanes;
-    if (q < kRegRounds) r.o[q < kRegRounds ? q : 0] = kern::ld_stream16(o + row * row_bytes);
-    else ptx::cp_async16(wo_s + vupo_piece_offset(q - kRegRounds), o + row * row_bytes, true);
+    if (q < kVUpORegRounds) r.o[q < kVUpORegRounds ? q : 0] = kern::ld_stream16(o + row * row_bytes);
+    else ptx::cp_async16(wo_s + vupo_piece_offset(q - kVUpORegRounds), o + row * row_bytes, true);
     if constexpr (kFp8) {
       const int64_t scale_cols = (p.o.cols + p.o.block_cols - 1) / p.o.block_cols;
       r.oscale[q] = __ldg(p.o.scale_inv + (row / p.o.block_rows) * scale_cols + col / p.o.block_cols);
@@ -148,12 +148,11 @@ struct VUpOSmem {
   int last;
 };
 
-template <bool kFp8, int kRegRounds>
-__device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int head, int c,
-                                                   const VUpORegs<kFp8, kRegRounds>& r, const uint8_t* wo_s,
-                                                   VUpOSmem& sm) {
+template <bool kFp8>
+__device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int head, int c, const VUpORegs<kFp8>& r,
+                                                   const uint8_t* wo_s, VUpOSmem& sm) {
   namespace cg = cooperative_groups;
-  using R = VUpORegs<kFp8, kRegRounds>;
+  using R = VUpORegs<kFp8>;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   // 1. Merge: every load of the step at once (lse for the warp's max and sum, the thread's own
@@ -237,8 +236,8 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
     float a[R::kORounds];
 #pragma unroll
     for (int q = 0; q < R::kORounds; ++q) {
-      const uint4 w = q < kRegRounds ? r.o[q < kRegRounds ? q : 0]
-                                     : *reinterpret_cast<const uint4*>(wo_s + vupo_piece_offset(q - kRegRounds));
+      const uint4 w = q < kVUpORegRounds ? r.o[q < kVUpORegRounds ? q : 0]
+                                         : *reinterpret_cast<const uint4*>(wo_s + vupo_piece_offset(q - kVUpORegRounds));
       if constexpr (kFp8) {
         float d = vupo::dot4_e4m3_f32(w.x, x, 0.f);
         d = vupo::dot4_e4m3_f32(w.y, x + 4, d);
@@ -274,14 +273,14 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// wo_s: mla_v_up_o_smem_bytes<kFp8, kRegRounds>() of shared memory, 16-byte aligned.
-template <bool kFp8, int kRegRounds = 8>
+// wo_s: mla_v_up_o_smem_bytes<kFp8>() of shared memory, 16-byte aligned.
+template <bool kFp8>
 __device__ __forceinline__ void mla_v_up_o_block(const MlaVUpOParams& p, int head, int c, uint8_t* wo_s) {
   __shared__ __align__(16) VUpOSmem sm;
-  VUpORegs<kFp8, kRegRounds> r;
-  mla_v_up_o_prefetch<kFp8, kRegRounds>(p, head, c, r, wo_s);
+  VUpORegs<kFp8> r;
+  mla_v_up_o_prefetch<kFp8>(p, head, c, r, wo_s);
   pdl::wait();
-  mla_v_up_o_compute<kFp8, kRegRounds>(p, head, c, r, wo_s, sm);
+  mla_v_up_o_compute<kFp8>(p, head, c, r, wo_s, sm);
 }
 
 }  // namespace rs::cuda

@@ -7,11 +7,11 @@
 namespace rs::cuda {
 // Its successor (the router or the dense MLP) may be scheduled at once: it only loads weights
 // before its own wait.
-template <bool kFp8, int kRegRounds>
+template <bool kFp8>
 __global__ void __launch_bounds__(kVUpOThreads, 1) mla_v_up_o_kernel(const MlaVUpOParams p) {
   pdl::launch_dependents();
   extern __shared__ __align__(16) uint8_t vupo_wo[];
-  mla_v_up_o_block<kFp8, kRegRounds>(p, blockIdx.x / kVUpOCluster, blockIdx.x % kVUpOCluster, vupo_wo);
+  mla_v_up_o_block<kFp8>(p, blockIdx.x / kVUpOCluster, blockIdx.x % kVUpOCluster, vupo_wo);
   pdl::probe_mark(kern::kProbeEnd);
 }
 
@@ -32,17 +32,17 @@ bool mla_v_up_o_supported(const MlaVUpOParams& p) {
          p.heads >= 1 && p.nope >= 0;
 }
 
-template <bool kFp8, int kRegRounds>
+template <bool kFp8>
 void launch_v_up_o(const MlaVUpOParams& p, cudaStream_t stream) {
-  constexpr int smem = mla_v_up_o_smem_bytes<kFp8, kRegRounds>();
-  kern::apply_carveout(mla_v_up_o_kernel<kFp8, kRegRounds>, "attention");
-  kern::allow_dynamic_smem(mla_v_up_o_kernel<kFp8, kRegRounds>, smem);  // a refusal shows as the launch's error
-  (void)kern::launch_with_pdl(mla_v_up_o_kernel<kFp8, kRegRounds>, dim3(p.heads * kVUpOCluster), dim3(kVUpOThreads),
+  constexpr int smem = mla_v_up_o_smem_bytes<kFp8>();
+  kern::apply_carveout(mla_v_up_o_kernel<kFp8>, "attention");
+  kern::allow_dynamic_smem(mla_v_up_o_kernel<kFp8>, smem);  // a refusal shows as the launch's error
+  (void)kern::launch_with_pdl(mla_v_up_o_kernel<kFp8>, dim3(p.heads * kVUpOCluster), dim3(kVUpOThreads),
                               kVUpOCluster, smem, stream, kern::matmul_pdl(), p);
 }
 
 void launch_mla_v_up_o(const MlaVUpOParams& p, cudaStream_t stream) {
-  if (p.o.type == WeightType::FP8_E4M3_BLOCK) launch_v_up_o<true, VUpORegs<true>::kORegRounds>(p, stream);
-  else launch_v_up_o<false, VUpORegs<false>::kORegRounds>(p, stream);
+  if (p.o.type == WeightType::FP8_E4M3_BLOCK) launch_v_up_o<true>(p, stream);
+  else launch_v_up_o<false>(p, stream);
 }
 }  // namespace rs::cuda

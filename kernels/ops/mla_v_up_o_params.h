@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/ops/linear_params.h"
+#include "kernels/ops/mla_absorb_params.h"
 
 namespace rs::cuda {
 
@@ -30,6 +31,26 @@ struct MlaVUpOParams {
   float* partials = nullptr;           // [heads, hidden] scratch
   int* counters = nullptr;             // [kVUpOCluster], zero between launches (the kernel leaves them so)
 };
+
+// The fused launch's parameters from the two-launch path's: vu merging one token's splits
+// (part_o set), o_proj, its output and the launch's scratch.
+inline MlaVUpOParams mla_v_up_o_params(const MlaVUpParams& vu, const DeviceMatrix& o, __nv_bfloat16* out,
+                                       float* partials, int* counters) {
+  MlaVUpOParams p;
+  p.part_o = vu.part_o;
+  p.part_lse = vu.part_lse;
+  p.splits = vu.splits;
+  p.kv_b = vu.kv_b;
+  p.heads = vu.heads;
+  p.nope = vu.nope;
+  p.vdim = vu.vdim;
+  p.kv_lora = vu.kv_lora;
+  p.o = o;
+  p.out = out;
+  p.partials = partials;
+  p.counters = counters;
+  return p;
+}
 
 // Whether the fused launch computes this token's output (else: launch_mla_v_up + the o_proj linear).
 bool mla_v_up_o_supported(const MlaVUpOParams& p);

@@ -11,11 +11,10 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "model/model_spec.h"
-
 #include "kernels/ops/mla_absorb_params.h"
 #include "kernels/ops/mla_decode_params.h"
 #include "kernels/ops/mla_v_up_o_params.h"
+#include "model/model_spec.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/gpu/linear_test_util.h"
 
@@ -64,19 +63,21 @@ void run_v_up_o_case(int len, cu::WeightType otype, uint64_t seed) {
   cu::launch_mla_decode(p, 0);
   ok(cudaGetLastError(), "launch split attention");
 
-  cu::MlaVUpOParams f;
-  f.part_o = part_o.ptr;
-  f.part_lse = part_lse.ptr;
-  f.splits = kSplits;
-  f.kv_b = reinterpret_cast<const __nv_bfloat16*>(dkvb.ptr);
-  f.heads = kHeads;
-  f.nope = kNope;
-  f.vdim = kV;
-  f.kv_lora = kLora;
-  f.o = wo.dm;
-  f.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
-  f.partials = partials.ptr;
-  f.counters = counters.ptr;
+  // The two-launch path's v_up (merging the splits, its output rounded to bf16), and from it the
+  // fused launch's parameters.
+  cu::MlaVUpParams v;
+  v.kv_b = reinterpret_cast<const __nv_bfloat16*>(dkvb.ptr);
+  v.out = reinterpret_cast<__nv_bfloat16*>(attn_v.ptr);
+  v.n = 1;
+  v.heads = kHeads;
+  v.nope = kNope;
+  v.vdim = kV;
+  v.kv_lora = kLora;
+  v.part_o = part_o.ptr;
+  v.part_lse = part_lse.ptr;
+  v.splits = kSplits;
+  const cu::MlaVUpOParams f = cu::mla_v_up_o_params(v, wo.dm, reinterpret_cast<__nv_bfloat16*>(out.ptr),
+                                                    partials.ptr, counters.ptr);
   REQUIRE(cu::mla_v_up_o_supported(f));
   std::vector<uint16_t> got[3];
   for (auto& g : got) {  // the chunk counters must be back at zero after every launch
@@ -89,18 +90,7 @@ void run_v_up_o_case(int len, cu::WeightType otype, uint64_t seed) {
   CHECK(got[0] == got[1]);
   CHECK(got[0] == got[2]);
 
-  // The two-launch path's attention output (merged in v_up, rounded to bf16), through W_o here.
-  cu::MlaVUpParams v;
-  v.kv_b = f.kv_b;
-  v.out = reinterpret_cast<__nv_bfloat16*>(attn_v.ptr);
-  v.n = 1;
-  v.heads = kHeads;
-  v.nope = kNope;
-  v.vdim = kV;
-  v.kv_lora = kLora;
-  v.part_o = part_o.ptr;
-  v.part_lse = part_lse.ptr;
-  v.splits = kSplits;
+  // The two-launch path's attention output, through W_o here.
   cu::launch_mla_v_up(v, 0);
   ok(cudaGetLastError(), "launch v_up");
   std::vector<double> v_gpu(size_t(kHeads) * kV), v_ref(v_gpu.size());

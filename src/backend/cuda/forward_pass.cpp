@@ -452,25 +452,6 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     dp.kv_dim = kvd;
     dp.scale = scale;
     { RS_OP("mla decode attention"); rec_ ? rec_->attention(dp) : launch_mla_decode(dp, stream); }
-    // One token: merge, W_UV and o_proj as one launch where the shapes allow (mla_v_up_o.cuh).
-    MlaVUpOParams vo;
-    vo.part_o = dp.part_o;
-    vo.part_lse = dp.part_lse;
-    vo.splits = dp.splits;
-    vo.kv_b = L.kv_b_bf16;
-    vo.heads = nh;
-    vo.nope = nope;
-    vo.vdim = vd;
-    vo.kv_lora = R;
-    vo.o = L.o_proj;
-    vo.out = attn_out_.get<__nv_bfloat16>();
-    vo.partials = vupo_partials_.get<float>();
-    vo.counters = vupo_counters_.get<int>();
-    if (!rec_ && n == 1 && nd == 1 && prefills.empty() && merge_in_v_up && mla_v_up_o_supported(vo)) {
-      RS_OP("mla v up + split merge + o_proj");
-      launch_mla_v_up_o(vo, stream);
-      return;
-    }
     MlaVUpParams vu;
     vu.o_latent = olat_.get<__nv_bfloat16>();
     vu.kv_b = L.kv_b_bf16;
@@ -484,6 +465,16 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
       vu.part_o = dp.part_o;
       vu.part_lse = dp.part_lse;
       vu.splits = dp.splits;
+    }
+    // One token: merge, W_UV and o_proj as one launch where the shapes allow (mla_v_up_o.cuh).
+    if (!rec_ && n == 1 && nd == 1 && prefills.empty() && merge_in_v_up) {
+      const MlaVUpOParams vo = mla_v_up_o_params(vu, L.o_proj, attn_out_.get<__nv_bfloat16>(),
+                                                 vupo_partials_.get<float>(), vupo_counters_.get<int>());
+      if (mla_v_up_o_supported(vo)) {
+        RS_OP("mla v up + split merge + o_proj");
+        launch_mla_v_up_o(vo, stream);
+        return;
+      }
     }
     { RS_OP(merge_in_v_up ? "mla v up + split merge" : "mla v up"); rec_ ? rec_->v_up(vu) : launch_mla_v_up(vu, stream); }
   }
