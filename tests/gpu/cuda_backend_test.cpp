@@ -255,6 +255,9 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
     const int steps = 10;
     auto batched = greedy_batch(*gpu, ids, steps, 0);
     auto batched12 = greedy_batch(*gpu, ids12, steps, 0);
+    rs::set_cuda_upload_one_copy_pad(0);  // the block tables' second, strided copy: the same steps
+    CHECK(greedy_batch(*gpu, ids12, steps, 0) == batched12);
+    rs::set_cuda_upload_one_copy_pad(size_t(64) << 10);
     for (size_t p = 0; p < prompts.size(); ++p) {
       auto alone = greedy_batch(*gpu, {ids[p]}, steps, 0)[0];
       auto ref = greedy_batch(*cpu, {ids[p]}, steps, 0)[0];

@@ -3,10 +3,12 @@
 // bf16 rounding, cosine similarity.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -162,6 +164,71 @@ inline int32_t greedy_step(Backend& be, const std::vector<int32_t>& tokens, int 
   s.sampling.params = &greedy;
   b.seqs.push_back(s);
   return be.execute(b)[0].token->id;
+}
+
+// V2-Lite dummy weights (seed 7), a 10-token prompt and six batch-1 decode steps on two backends,
+// one with a fast path on (path 0) and one with it off (path 1, set_path switches it before each
+// backend is made): both are fed path 0's tokens, so a near-tie cannot make them diverge. Per
+// step: each logits cosine >= min_cosine and, where the argmax differs, the reference's top-two
+// margin below max_flip_margin. Returns the worst cosine. A V2-Lite backend's bf16 dummy weights
+// take ~31 GB: the caller checks the free memory first (v2lite_decode_fits).
+inline bool v2lite_decode_fits(const char* suite, const char* what) {
+  size_t free_b = 0, total_b = 0;
+  ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  if (free_b >= (size_t(40) << 30)) return true;
+  std::printf("[%s] %s: skipped, %.1f GB free on the GPU (needs 40)\n", suite, what, double(free_b) / (1 << 30));
+  return false;
+}
+struct PathCompare {
+  double worst_cosine = 1.0;
+  int flips = 0;
+  float worst_flip_margin = 0.f;
+  std::vector<std::string> failures;  // one line a step that misses a bar
+};
+template <class SetPath>
+PathCompare compare_v2lite_decode(bool fp8, SetPath set_path, double min_cosine, float max_flip_margin) {
+  ModelSpec spec = load_model_spec(std::string(RS_FIXTURES_DIR) + "/model-shapes/deepseek-v2-lite");
+  if (fp8) {
+    spec.quant.fp8_block = true;
+    spec.quant.block_rows = spec.quant.block_cols = 128;
+  }
+  KvConfig kv;
+  kv.block_size = 16;
+  kv.num_blocks = 4;
+  const std::vector<int32_t> prompt = {5, 17, 300, 42, 7, 99, 3, 1000, 2024, 11}, table = {0, 1, 2, 3};
+  std::vector<std::vector<float>> logits[2];
+  std::vector<int32_t> next[2], fed;
+  for (int path = 0; path < 2; ++path) {
+    set_path(path);
+    auto be = make_cuda_backend_dummy(spec, 7);
+    be->init_kv(kv);
+    int32_t tok = greedy_step(*be, prompt, 0, table);
+    for (int t = 0; t < 6; ++t) {
+      if (path == 0) fed.push_back(tok);
+      const int32_t got = greedy_step(*be, {fed[t]}, int(prompt.size()) + t, table);
+      logits[path].push_back(cuda_last_step_logits(*be, 0));
+      next[path].push_back(got);
+      tok = got;
+    }
+  }
+  PathCompare r;
+  const int V = spec.vocab_size;
+  for (size_t t = 0; t < logits[0].size(); ++t) {
+    const double c = cosine(logits[0][t].data(), logits[1][t].data(), V);
+    r.worst_cosine = std::min(r.worst_cosine, c);
+    if (c < min_cosine) r.failures.push_back("step " + std::to_string(t) + ": cosine " + std::to_string(c));
+    if (next[0][t] != next[1][t]) {
+      std::vector<float> sorted = logits[1][t];
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      const float margin = sorted[0] - sorted[1];
+      ++r.flips;
+      r.worst_flip_margin = std::max(r.worst_flip_margin, margin);
+      std::printf("  step %zu: path 0 %d, path 1 %d, margin %.5f\n", t, next[0][t], next[1][t], margin);
+      if (margin >= max_flip_margin)
+        r.failures.push_back("step " + std::to_string(t) + ": argmax flip at margin " + std::to_string(margin));
+    }
+  }
+  return r;
 }
 
 }  // namespace rs::cudatest

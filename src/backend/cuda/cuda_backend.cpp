@@ -310,9 +310,9 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
   last_kv_bytes_ = kv_tokens * kv_bytes_per_token();
   if (plan.tokens.empty()) return results;
 
-  // Sampling parameters go up before the forward pass, which they do not depend on, so their
-  // copy is not between the last layer and the sampling kernels. (Sampling runs outside the
-  // graph: its penalty inputs vary in size.)
+  // Sampling parameters go up right after the forward pass is enqueued: the host packs them while
+  // the GPU runs the step, and their copy waits behind the step, not in front of it (sampling
+  // runs outside the graph: its penalty inputs vary in size).
   std::vector<GpuSampler::Request> reqs;
   std::vector<int> req_seq;
   for (int i = 0; i < nseq; ++i) {
@@ -321,7 +321,6 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
     reqs.push_back(GpuSampler::Request{&s.sampling, seq_logit_row[i]});
     req_seq.push_back(i);
   }
-  sampler_->prepare(reqs, stream_);
 
   if (decode_only(batch) && !pass_->profiling()) {
     // Padded to the bucket: a decode graph computes logits for every row of the bucket.
@@ -354,6 +353,7 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
     pass_->run_eager(plan, stream_);
   }
 
+  sampler_->prepare(reqs, stream_);
   sampler_->launch(pass_->logits(), stream_);  // then the step's one sync (timed as part of the step, not per op)
   for (int i = 0; i < nseq; ++i) {
     const SeqStep& s = batch.seqs[i];

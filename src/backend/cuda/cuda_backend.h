@@ -52,4 +52,9 @@ std::vector<cuda::KernelSpan> cuda_decode_graph_timeline(Backend& b, int replays
 // Every PDL wait of one replay of the last decode step's CUDA graph (kernels/common/wait_probe.h),
 // for `bench forward --wait-probe`; an rs::Error unless the binary was built with RS_WAIT_PROBE.
 std::vector<kern::WaitProbeRecord> cuda_decode_graph_wait_probe(Backend& b);
+// A step's block tables go up in the same copy as its other metadata while their row padding
+// is at most this many bytes (default 64 KB), else in a second, strided copy. Tests set 0 to
+// run the second copy on small batches.
+void set_cuda_upload_one_copy_pad(size_t bytes);
+
 }  // namespace rs

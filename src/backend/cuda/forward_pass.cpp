@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/mega_program.h"
 #include "kernels/mega/decode_megakernel.h"
 #include "common/error.h"
@@ -169,24 +170,40 @@ void ForwardPass::ensure_capacity(const Capacity& want, cudaStream_t stream,
   for (const DeviceLayer& L : w_.layers)
     if (L.moe) mw = std::max(mw, moe_workspace_bytes(c.tokens, s.num_experts_per_tok, L.experts));
   moe_ws_.reset(mw, "moe workspace");
-  // Metadata: tokens, positions, slots [N]; seq lens [decode]; logit rows.
-  meta_.reset((3 * N + c.decode_rows + c.logit_rows) * 4, "step metadata");
+  // Metadata in one buffer: tokens, positions, slots [N]; seq lens [decode]; logit rows; the
+  // decode rows' block tables [decode][bt_width], last, so that upload() can send a small step's
+  // metadata in one copy.
+  const size_t W = std::max(1, bt_width_);
+  meta_.reset((3 * N + c.decode_rows + c.logit_rows + size_t(c.decode_rows) * W) * 4, "step metadata");
   tokens_d_ = meta_.get<int32_t>();
   positions_d_ = tokens_d_ + N;
   slots_d_ = positions_d_ + N;
   seq_lens_d_ = slots_d_ + N;
   logit_rows_d_ = seq_lens_d_ + c.decode_rows;
-  bt_.reset(size_t(c.decode_rows) * std::max(1, bt_width_) * 4, "block tables");
+  bt_d_ = logit_rows_d_ + c.logit_rows;
   cap_ = c;
 }
 
+namespace {
+size_t g_one_copy_pad = size_t(64) << 10;  // set_cuda_upload_one_copy_pad
+}  // namespace
+
 void ForwardPass::upload(const StepPlan& plan, cudaStream_t stream) {
   const int n = static_cast<int>(plan.tokens.size()), nd = plan.decode_rows;
+  const int nl = static_cast<int>(plan.logit_rows.size());
+  const size_t N = cap_.tokens, W = std::max(1, bt_width_);
   int w_step = 1;
   for (auto& bt : plan.block_tables) w_step = std::max<int>(w_step, bt.size());
   size_t prefill_blocks = 0;
   for (auto& p : plan.prefills) prefill_blocks += p.blocks.size();
-  const size_t words = 3 * size_t(n) + nd + plan.logit_rows.size() + size_t(nd) * w_step + prefill_blocks;
+  // The host staging mirrors meta_'s layout, so the step's metadata goes up in one copy: from the
+  // previous step's sync to this copy's end the GPU is idle and every host call is on that path
+  // (they were six). Block-table rows are padded to the device pitch for that; when the padding
+  // of many rows would be large they go up in a second, strided copy instead.
+  const size_t bt_off = size_t(bt_d_ - tokens_d_);
+  const bool one_copy = nd <= 1 || size_t(nd - 1) * W * 4 <= g_one_copy_pad;
+  const size_t bt_words = nd == 0 ? 0 : one_copy ? size_t(nd - 1) * W + w_step : size_t(nd) * w_step;
+  const size_t words = bt_off + bt_words + prefill_blocks;
   if (words * 4 > host_meta_bytes_) {
     if (host_meta_) cudaFreeHost(host_meta_);
     host_meta_bytes_ = std::max<size_t>(words * 4 * 2, 1 << 16);
@@ -194,29 +211,22 @@ void ForwardPass::upload(const StepPlan& plan, cudaStream_t stream) {
   }
   int32_t* h = static_cast<int32_t*>(host_meta_);
   std::memcpy(h, plan.tokens.data(), n * 4);
-  std::memcpy(h + n, plan.positions.data(), n * 4);
-  std::memcpy(h + 2 * n, plan.slots.data(), n * 4);
-  RS_CUDA(cudaMemcpyAsync(tokens_d_, h, size_t(n) * 4, cudaMemcpyHostToDevice, stream));
-  RS_CUDA(cudaMemcpyAsync(positions_d_, h + n, size_t(n) * 4, cudaMemcpyHostToDevice, stream));
-  RS_CUDA(cudaMemcpyAsync(slots_d_, h + 2 * n, size_t(n) * 4, cudaMemcpyHostToDevice, stream));
-  int32_t* p = h + 3 * n;
-  if (nd > 0) {
-    std::memcpy(p, plan.seq_lens.data(), nd * 4);
-    RS_CUDA(cudaMemcpyAsync(seq_lens_d_, p, size_t(nd) * 4, cudaMemcpyHostToDevice, stream));
-    p += nd;
-    for (int r = 0; r < nd; ++r) {
-      std::memset(p + size_t(r) * w_step, 0, size_t(w_step) * 4);
-      std::memcpy(p + size_t(r) * w_step, plan.block_tables[r].data(), plan.block_tables[r].size() * 4);
-    }
-    RS_CUDA(cudaMemcpy2DAsync(bt_.get(), size_t(bt_width_) * 4, p, size_t(w_step) * 4, size_t(w_step) * 4, nd,
+  std::memcpy(h + N, plan.positions.data(), n * 4);
+  std::memcpy(h + 2 * N, plan.slots.data(), n * 4);
+  if (nd > 0) std::memcpy(h + (seq_lens_d_ - tokens_d_), plan.seq_lens.data(), nd * 4);
+  if (nl > 0) std::memcpy(h + (logit_rows_d_ - tokens_d_), plan.logit_rows.data(), nl * 4);
+  const size_t pitch = one_copy ? W : size_t(w_step);
+  for (int r = 0; r < nd; ++r) {
+    int32_t* row = h + bt_off + size_t(r) * pitch;
+    std::memset(row, 0, size_t(w_step) * 4);
+    std::memcpy(row, plan.block_tables[r].data(), plan.block_tables[r].size() * 4);
+  }
+  const size_t first = one_copy ? bt_off + bt_words : bt_off;
+  RS_CUDA(cudaMemcpyAsync(tokens_d_, h, first * 4, cudaMemcpyHostToDevice, stream));
+  if (!one_copy)
+    RS_CUDA(cudaMemcpy2DAsync(bt_d_, W * 4, h + bt_off, size_t(w_step) * 4, size_t(w_step) * 4, nd,
                               cudaMemcpyHostToDevice, stream));
-    p += size_t(nd) * w_step;
-  }
-  if (!plan.logit_rows.empty()) {
-    std::memcpy(p, plan.logit_rows.data(), plan.logit_rows.size() * 4);
-    RS_CUDA(cudaMemcpyAsync(logit_rows_d_, p, plan.logit_rows.size() * 4, cudaMemcpyHostToDevice, stream));
-    p += plan.logit_rows.size();
-  }
+  int32_t* p = h + bt_off + bt_words;
   prefills_.clear();
   if (prefill_blocks > 0) {
     if (prefill_bt_.bytes() < prefill_blocks * 4) prefill_bt_.reset(prefill_blocks * 8, "prefill block tables");
@@ -437,7 +447,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     MlaDecodeParams dp;
     dp.q = qabs_.get<__nv_bfloat16>();
     dp.cache = cache;
-    dp.block_tables = bt_.get<int32_t>();
+    dp.block_tables = bt_d_;
     dp.bt_stride = bt_width_;
     dp.block_size = block_size_;
     dp.seq_lens = seq_lens_d_;
@@ -691,3 +701,5 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
 }
 
 }  // namespace rs::cuda
+
+void rs::set_cuda_upload_one_copy_pad(size_t bytes) { rs::cuda::g_one_copy_pad = bytes; }

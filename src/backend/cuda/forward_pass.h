@@ -125,9 +125,9 @@ class ForwardPass {
   DeviceBuffer vupo_partials_, vupo_counters_;
   DeviceBuffer router_counters_;  // fused router: one int per 8-token chunk, left zero by the kernel
   // step metadata
-  DeviceBuffer meta_, bt_, prefill_bt_;
+  DeviceBuffer meta_, prefill_bt_;
   int32_t *tokens_d_ = nullptr, *positions_d_ = nullptr, *slots_d_ = nullptr, *seq_lens_d_ = nullptr,
-          *logit_rows_d_ = nullptr;
+          *logit_rows_d_ = nullptr, *bt_d_ = nullptr;
   void* host_meta_ = nullptr;
   size_t host_meta_bytes_ = 0;
   std::vector<Prefill> prefills_;

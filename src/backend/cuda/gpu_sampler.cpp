@@ -5,9 +5,15 @@
 
 namespace rs::cuda {
 
-GpuSampler::GpuSampler(int vocab) : vocab_(vocab) {}
+GpuSampler::GpuSampler(int vocab) : vocab_(vocab) {
+  RS_CUDA(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  RS_CUDA(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+}
 
 GpuSampler::~GpuSampler() {
+  if (side_) cudaStreamSynchronize(side_);
+  if (uploaded_) cudaEventDestroy(uploaded_);
+  if (side_) cudaStreamDestroy(side_);
   if (rows_h_) cudaFreeHost(rows_h_);
   if (results_h_) cudaFreeHost(results_h_);
   if (tokens_h_) cudaFreeHost(tokens_h_);
@@ -40,8 +46,10 @@ void GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) 
     flags_.reset(per, "sampler flags");
     counts_.reset(per, "sampler counts");
     stats_.reset(size_t(c) * logit_stats_segments(vocab_) * sizeof(LogitStats), "sampler logit stats");
-    RS_CUDA(cudaMemset(flags_.get(), 0, per));  // the kernel leaves them zero again
-    RS_CUDA(cudaMemset(counts_.get(), 0, per));
+    // On the step's stream: a plain cudaMemset runs on the legacy stream, which a non-blocking
+    // stream's kernels are not ordered after. The kernel leaves them zero again.
+    RS_CUDA(cudaMemsetAsync(flags_.get(), 0, per, stream));
+    RS_CUDA(cudaMemsetAsync(counts_.get(), 0, per, stream));
     rows_d_.reset(sizeof(SampleRow) * c, "sampler rows");
     if (rows_h_) cudaFreeHost(rows_h_);
     if (results_h_) cudaFreeHost(results_h_);
@@ -95,11 +103,14 @@ void GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) 
     if (tokens_h_) cudaFreeHost(tokens_h_);
     RS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&tokens_h_), tokens_cap_ * 4));
   }
+  // The previous step's sampling kernels, the last readers of these buffers, finished before its
+  // sync, so the side stream may overwrite them now.
   if (!pool.empty()) {
     std::memcpy(tokens_h_, pool.data(), pool.size() * 4);
-    RS_CUDA(cudaMemcpyAsync(tokens_d_.get(), tokens_h_, pool.size() * 4, cudaMemcpyHostToDevice, stream));
+    RS_CUDA(cudaMemcpyAsync(tokens_d_.get(), tokens_h_, pool.size() * 4, cudaMemcpyHostToDevice, side_));
   }
-  RS_CUDA(cudaMemcpyAsync(rows_d_.get(), rows_h_, sizeof(SampleRow) * n, cudaMemcpyHostToDevice, stream));
+  RS_CUDA(cudaMemcpyAsync(rows_d_.get(), rows_h_, sizeof(SampleRow) * n, cudaMemcpyHostToDevice, side_));
+  RS_CUDA(cudaEventRecord(uploaded_, side_));
 }
 
 void GpuSampler::launch(const float* logits, cudaStream_t stream) {
@@ -116,6 +127,7 @@ void GpuSampler::launch(const float* logits, cudaStream_t stream) {
   d.counts = counts_.get<int32_t>();
   d.out = results_dev_;
   d.stats = stats_.get<LogitStats>();
+  RS_CUDA(cudaStreamWaitEvent(stream, uploaded_, 0));
   launch_sampling(d, stream);
   RS_CUDA(cudaGetLastError());
 }

@@ -24,16 +24,19 @@ class GpuSampler {
   explicit GpuSampler(int vocab);
   ~GpuSampler();
   // Two halves, so the parameter upload is not on the step's critical path: prepare() packs the
-  // requests and enqueues their upload (call it before the forward pass: it does not depend on
-  // it); launch() enqueues the sampling kernels over the pass's logits. The kernels write their
-  // results straight into mapped pinned host memory, so no copy follows them either; they are
-  // valid once the stream has synchronised.
+  // requests and copies them on a side stream (call it once the forward pass is enqueued: the
+  // copy then runs beside it); launch() makes `stream` wait for that copy and enqueues the
+  // sampling kernels over the pass's logits. The kernels write their results straight into mapped
+  // pinned host memory, so no copy follows them either; they are valid once the stream has
+  // synchronised.
   void prepare(const std::vector<Request>& reqs, cudaStream_t stream);
   void launch(const float* logits, cudaStream_t stream);
   std::vector<SampledToken> collect() const;
 
  private:
   int vocab_;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t uploaded_ = nullptr;
   int cap_rows_ = 0;
   DeviceBuffer work_, flags_, counts_, rows_d_, tokens_d_, stats_;
   SampleRow* rows_h_ = nullptr;
