@@ -200,6 +200,9 @@ void ForwardPass::upload(const StepPlan& plan, cudaStream_t stream) {
   // previous step's sync to this copy's end the GPU is idle and every host call is on that path
   // (they were six). Block-table rows are padded to the device pitch for that; when the padding
   // of many rows would be large they go up in a second, strided copy instead.
+  if (nd > 0 && size_t(w_step) > W)  // rows at pitch W: a longer one would run into the next (and past meta_)
+    throw Error("cuda upload: a block table of " + std::to_string(w_step) + " blocks, the device table holds " +
+                std::to_string(W));
   const size_t bt_off = size_t(bt_d_ - tokens_d_);
   const bool one_copy = nd <= 1 || size_t(nd - 1) * W * 4 <= g_one_copy_pad;
   const size_t bt_words = nd == 0 ? 0 : one_copy ? size_t(nd - 1) * W + w_step : size_t(nd) * w_step;
