@@ -2,9 +2,9 @@
 // Opting a kernel in to more than 48 KB of shared memory (static + dynamic).
 // cudaFuncSetAttribute acts on the kernel for the current device only, so a once-per-process
 // guard leaves every other GPU at the default and their launches fail (tensor-parallel ranks
-// launch on devices 1..N-1 from their own threads). Here the opt-in is remembered per (host thread, device, kernel), raised when a
-// launch needs more than was set, and asked of the driver only then (host side; never captured
-// into a graph, so graph replays pay nothing).
+// launch on devices 1..N-1 from their own threads). Here the opt-in is remembered per (host
+// thread, device, kernel), raised when a launch needs more than was set, and asked of the driver
+// only then (host side; never captured into a graph, so graph replays pay nothing).
 #include <cuda_runtime.h>
 
 #include <vector>

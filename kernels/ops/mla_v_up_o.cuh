@@ -119,23 +119,27 @@ __device__ __forceinline__ void mla_v_up_o_prefetch(const MlaVUpOParams& p, int 
   using R = VUpORegs<kFp8>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const __nv_bfloat16* uv =
-      p.kv_b + (static_cast<int64_t>(head) * (p.nope + p.vdim) + p.nope) * p.kv_lora + c * vupo::kCols + 8 * (lane & 7);
+      p.vu.kv_b + (static_cast<int64_t>(head) * (p.vu.nope + p.vu.vdim) + p.vu.nope) * p.vu.kv_lora + c * vupo::kCols + 8 * (lane & 7);
 #pragma unroll
   for (int q = 0; q < vupo::kUvRounds; ++q)
-    r.uv[q] = kern::ld_stream16(uv + static_cast<int64_t>(16 * warp + 4 * q + (lane >> 3)) * p.kv_lora);
+    r.uv[q] = kern::ld_stream16(uv + static_cast<int64_t>(16 * warp + 4 * q + (lane >> 3)) * p.vu.kv_lora);
   const int row0 = c * vupo::kRows + 32 * warp;
   const int64_t row_bytes = p.o.cols * (kFp8 ? 1 : 2);
   const int col = head * kVUpOVdim + (kFp8 ? 16 : 8) * (lane % R::kOLanes);
   const uint8_t* o = static_cast<const uint8_t*>(p.o.data) + col * (kFp8 ? 1 : 2);
+  // FP8: this thread's scale column, and the scale table's width (block divisions by shifts).
+  const float* scale_row0 = nullptr;
+  int64_t scale_cols = 0;
+  if constexpr (kFp8) {
+    scale_cols = kern::fp8_block_div(p.o.cols + p.o.block_cols - 1, p.o.block_cols);
+    scale_row0 = p.o.scale_inv + kern::fp8_block_div(col, p.o.block_cols);
+  }
 #pragma unroll
   for (int q = 0; q < R::kORounds; ++q) {
     const int64_t row = row0 + (32 / R::kOLanes) * q + lane / R::kOLanes;
     if (q < kVUpORegRounds) r.o[q < kVUpORegRounds ? q : 0] = kern::ld_stream16(o + row * row_bytes);
     else ptx::cp_async16(wo_s + vupo_piece_offset(q - kVUpORegRounds), o + row * row_bytes, true);
-    if constexpr (kFp8) {
-      const int64_t scale_cols = (p.o.cols + p.o.block_cols - 1) / p.o.block_cols;
-      r.oscale[q] = __ldg(p.o.scale_inv + (row / p.o.block_rows) * scale_cols + col / p.o.block_cols);
-    }
+    if constexpr (kFp8) r.oscale[q] = __ldg(scale_row0 + kern::fp8_block_div(row, p.o.block_rows) * scale_cols);
   }
   ptx::cp_async_commit();
 }
@@ -158,18 +162,18 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
   // 1. Merge: every load of the step at once (lse for the warp's max and sum, the thread's own
   // splits' lse and partials), one L2 round trip. Empty splits (lse -inf) are trailing and their
   // partials were never written: selected away, not multiplied by zero (they may hold NaN).
-  const float* lse = p.part_lse + static_cast<int64_t>(head) * p.splits;
+  const float* lse = p.vu.part_lse + static_cast<int64_t>(head) * p.vu.splits;
   const int c4 = tid % (vupo::kCols / 4), sg = tid / (vupo::kCols / 4);
-  const float* po = p.part_o + static_cast<int64_t>(head) * p.splits * p.kv_lora + c * vupo::kCols + 4 * c4;
-  const float lw0 = lane < p.splits ? __ldcg(lse + lane) : -INFINITY;
-  const float lw1 = lane + 32 < p.splits ? __ldcg(lse + lane + 32) : -INFINITY;
+  const float* po = p.vu.part_o + static_cast<int64_t>(head) * p.vu.splits * p.vu.kv_lora + c * vupo::kCols + 4 * c4;
+  const float lw0 = lane < p.vu.splits ? __ldcg(lse + lane) : -INFINITY;
+  const float lw1 = lane + 32 < p.vu.splits ? __ldcg(lse + lane + 32) : -INFINITY;
   float ls[vupo::kSplitRounds];
   float4 pv[vupo::kSplitRounds];
 #pragma unroll
   for (int i = 0; i < vupo::kSplitRounds; ++i) {
     const int s = sg + vupo::kSplitGroups * i;
-    ls[i] = s < p.splits ? __ldcg(lse + s) : -INFINITY;
-    pv[i] = s < p.splits ? __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(s) * p.kv_lora))
+    ls[i] = s < p.vu.splits ? __ldcg(lse + s) : -INFINITY;
+    pv[i] = s < p.vu.splits ? __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(s) * p.vu.kv_lora))
                          : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   const float mx = warp_max(fmaxf(lw0, lw1));
@@ -257,7 +261,7 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
   // the last one: atomic, fence, barrier, then L2 reads (the threadFenceReduction pattern).
   __threadfence();
   __syncthreads();
-  if (tid == 0) sm.last = atomicAdd(p.counters + c, 1) == p.heads - 1;
+  if (tid == 0) sm.last = atomicAdd(p.counters + c, 1) == p.vu.heads - 1;
   __syncthreads();
   if (sm.last) {
     __threadfence();
@@ -265,7 +269,7 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
       const int row = c * vupo::kRows + i;
       float s = 0.f;
 #pragma unroll 16
-      for (int h = 0; h < p.heads; ++h) s += __ldcg(p.partials + static_cast<int64_t>(h) * kVUpOHidden + row);
+      for (int h = 0; h < p.vu.heads; ++h) s += __ldcg(p.partials + static_cast<int64_t>(h) * kVUpOHidden + row);
       p.out[row] = __float2bfloat16(s);
     }
     if (tid == 0) p.counters[c] = 0;  // for the next launch, which starts after this grid completes

@@ -25,11 +25,11 @@ void set_mla_v_up_o(bool on) { g_vup_o = on; }
 bool mla_v_up_o_supported(const MlaVUpOParams& p) {
   const DeviceMatrix& o = p.o;
   const bool fp8 = o.type == WeightType::FP8_E4M3_BLOCK;
-  const bool o_ok = o.data && aligned16(o.data) && o.rows == kVUpOHidden && o.cols == int64_t(p.heads) * kVUpOVdim &&
+  const bool o_ok = o.data && aligned16(o.data) && o.rows == kVUpOHidden && o.cols == int64_t(p.vu.heads) * kVUpOVdim &&
                     (!fp8 || (o.scale_inv && o.block_rows > 0 && o.block_cols > 0 && o.block_cols % 16 == 0));
-  return g_vup_o && o_ok && p.part_o && p.part_lse && p.kv_b && aligned16(p.kv_b) && p.out && p.partials &&
-         p.counters && p.splits >= 1 && p.splits <= kMlaDecodeMaxSplits && p.kv_lora == kVUpOLatent && p.vdim == kVUpOVdim &&
-         p.heads >= 1 && p.nope >= 0;
+  return g_vup_o && o_ok && p.vu.part_o && p.vu.part_lse && p.vu.kv_b && aligned16(p.vu.kv_b) && p.out && p.partials &&
+         p.counters && p.vu.splits >= 1 && p.vu.splits <= kMlaDecodeMaxSplits && p.vu.kv_lora == kVUpOLatent && p.vu.vdim == kVUpOVdim &&
+         p.vu.heads >= 1 && p.vu.nope >= 0;
 }
 
 template <bool kFp8>
@@ -37,7 +37,7 @@ void launch_v_up_o(const MlaVUpOParams& p, cudaStream_t stream) {
   constexpr int smem = mla_v_up_o_smem_bytes<kFp8>();
   kern::apply_carveout(mla_v_up_o_kernel<kFp8>, "attention");
   kern::allow_dynamic_smem(mla_v_up_o_kernel<kFp8>, smem);  // a refusal shows as the launch's error
-  (void)kern::launch_with_pdl(mla_v_up_o_kernel<kFp8>, dim3(p.heads * kVUpOCluster), dim3(kVUpOThreads),
+  (void)kern::launch_with_pdl(mla_v_up_o_kernel<kFp8>, dim3(p.vu.heads * kVUpOCluster), dim3(kVUpOThreads),
                               kVUpOCluster, smem, stream, kern::matmul_pdl(), p);
 }
 

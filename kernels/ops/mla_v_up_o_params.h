@@ -20,37 +20,15 @@ constexpr int kVUpOLatent = 512;
 constexpr int kVUpOVdim = 128;
 constexpr int kVUpOHidden = 2048;
 
+// vu: the two-launch path's v_up merging one token's splits (its part_o, part_lse, splits, kv_b
+// and shapes; its out is not written here).
 struct MlaVUpOParams {
-  const float* part_o = nullptr;      // [heads, splits, kv_lora] (one token)
-  const float* part_lse = nullptr;    // [heads, splits], log2 units; empty splits -inf
-  int splits = 0;
-  const __nv_bfloat16* kv_b = nullptr;  // bf16 [heads * (nope + v), kv_lora]
-  int heads = 0, nope = 0, vdim = 0, kv_lora = 0;
+  MlaVUpParams vu;
   DeviceMatrix o;                      // o_proj [hidden, heads * v], bf16 or block-scaled e4m3
   __nv_bfloat16* out = nullptr;        // [hidden]
   float* partials = nullptr;           // [heads, hidden] scratch
   int* counters = nullptr;             // [kVUpOCluster], zero between launches (the kernel leaves them so)
 };
-
-// The fused launch's parameters from the two-launch path's: vu merging one token's splits
-// (part_o set), o_proj, its output and the launch's scratch.
-inline MlaVUpOParams mla_v_up_o_params(const MlaVUpParams& vu, const DeviceMatrix& o, __nv_bfloat16* out,
-                                       float* partials, int* counters) {
-  MlaVUpOParams p;
-  p.part_o = vu.part_o;
-  p.part_lse = vu.part_lse;
-  p.splits = vu.splits;
-  p.kv_b = vu.kv_b;
-  p.heads = vu.heads;
-  p.nope = vu.nope;
-  p.vdim = vu.vdim;
-  p.kv_lora = vu.kv_lora;
-  p.o = o;
-  p.out = out;
-  p.partials = partials;
-  p.counters = counters;
-  return p;
-}
 
 // Whether the fused launch computes this token's output (else: launch_mla_v_up + the o_proj linear).
 bool mla_v_up_o_supported(const MlaVUpOParams& p);

@@ -76,8 +76,7 @@ void run_v_up_o_case(int len, cu::WeightType otype, uint64_t seed) {
   v.part_o = part_o.ptr;
   v.part_lse = part_lse.ptr;
   v.splits = kSplits;
-  const cu::MlaVUpOParams f = cu::mla_v_up_o_params(v, wo.dm, reinterpret_cast<__nv_bfloat16*>(out.ptr),
-                                                    partials.ptr, counters.ptr);
+  const cu::MlaVUpOParams f{v, wo.dm, reinterpret_cast<__nv_bfloat16*>(out.ptr), partials.ptr, counters.ptr};
   REQUIRE(cu::mla_v_up_o_supported(f));
   std::vector<uint16_t> got[3];
   for (auto& g : got) {  // the chunk counters must be back at zero after every launch
@@ -169,16 +168,16 @@ TEST_CASE("mla v up + o_proj: shapes it is not written for go to the two-launch 
   if (skip_without_gpu("mla v up + o_proj shapes")) return;  // Dev needs a device
   cu::MlaVUpOParams f;
   Dev<float> dummy(16);
-  f.part_o = f.part_lse = f.partials = dummy.ptr;
+  f.vu.part_o = f.vu.part_lse = f.partials = dummy.ptr;
   f.counters = reinterpret_cast<int*>(dummy.ptr);
-  f.kv_b = reinterpret_cast<const __nv_bfloat16*>(dummy.ptr);
+  f.vu.kv_b = reinterpret_cast<const __nv_bfloat16*>(dummy.ptr);
   f.out = reinterpret_cast<__nv_bfloat16*>(dummy.ptr);
   f.o.data = dummy.ptr;
-  f.splits = kSplits;
-  f.heads = kHeads;
-  f.nope = kNope;
-  f.vdim = kV;
-  f.kv_lora = kLora;
+  f.vu.splits = kSplits;
+  f.vu.heads = kHeads;
+  f.vu.nope = kNope;
+  f.vu.vdim = kV;
+  f.vu.kv_lora = kLora;
   f.o.rows = kHidden;
   f.o.cols = int64_t(kHeads) * kV;
   CHECK(cu::mla_v_up_o_supported(f));
@@ -187,11 +186,11 @@ TEST_CASE("mla v up + o_proj: shapes it is not written for go to the two-launch 
     change(g);
     return !cu::mla_v_up_o_supported(g);
   };
-  CHECK(off([](cu::MlaVUpOParams& g) { g.vdim = 64; }));
-  CHECK(off([](cu::MlaVUpOParams& g) { g.kv_lora = 256; }));
+  CHECK(off([](cu::MlaVUpOParams& g) { g.vu.vdim = 64; }));
+  CHECK(off([](cu::MlaVUpOParams& g) { g.vu.kv_lora = 256; }));
   CHECK(off([](cu::MlaVUpOParams& g) { g.o.rows = 7168; }));
   CHECK(off([](cu::MlaVUpOParams& g) { g.o.cols = 1024; }));
-  CHECK(off([](cu::MlaVUpOParams& g) { g.splits = 65; }));
+  CHECK(off([](cu::MlaVUpOParams& g) { g.vu.splits = 65; }));
   CHECK(off([](cu::MlaVUpOParams& g) { g.o.type = cu::WeightType::FP8_E4M3_BLOCK; }));  // no scales
   cu::set_mla_v_up_o(false);
   CHECK(!cu::mla_v_up_o_supported(f));

@@ -481,8 +481,8 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     }
     // One token: merge, W_UV and o_proj as one launch where the shapes allow (mla_v_up_o.cuh).
     if (!rec_ && n == 1 && nd == 1 && prefills.empty() && merge_in_v_up) {
-      const MlaVUpOParams vo = mla_v_up_o_params(vu, L.o_proj, attn_out_.get<__nv_bfloat16>(),
-                                                 vupo_partials_.get<float>(), vupo_counters_.get<int>());
+      const MlaVUpOParams vo{vu, L.o_proj, attn_out_.get<__nv_bfloat16>(), vupo_partials_.get<float>(),
+                             vupo_counters_.get<int>()};
       if (mla_v_up_o_supported(vo)) {
         RS_OP("mla v up + split merge + o_proj");
         launch_mla_v_up_o(vo, stream);
