@@ -209,10 +209,17 @@ constexpr int kNormRegs = 0;
 #else
 constexpr int kNormRegs = 4;
 #endif
+// One token's summed row chunks (the first kNormRegs of each thread), kept in registers from the
+// prologue to the epilogue: the last block then writes the residual back from them instead of
+// reading it and the deltas from L2 again, a trip that sat at the launch's very end.
+struct GemvNormKeep {
+  float4 v[kNormRegs > 0 ? kNormRegs : 1];
+};
 __device__ __forceinline__ int gemv_norm_ticket_thread(const DenseGemvParams& p, int threads) {
   return threads < static_cast<int>(blockDim.x) && !p.norm_ticket_thread0 ? threads : 0;
 }
-__device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p, __nv_bfloat16* xs, int threads) {
+__device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p, __nv_bfloat16* xs, int threads,
+                                                       GemvNormKeep* keep = nullptr) {
   __shared__ float scratch[32];
   const int64_t cols = p.w[0].cols, chunks = cols / 4;
   const float4* wt = reinterpret_cast<const float4*>(p.norm_weight);
@@ -242,6 +249,7 @@ __device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p,
     for (int k = 0; k < kNormRegs; ++k) {
       const int64_t c = tid + static_cast<int64_t>(k) * threads;
       if (c < chunks) reinterpret_cast<uint2*>(xs)[off4 + c] = rs::cuda::rmsnorm_bf16x4(v[k], inv, w[k]);
+      if (keep && t == 0) keep->v[k] = v[k];
     }
     for (int64_t c = tid + static_cast<int64_t>(kNormRegs) * threads; c < chunks; c += threads)
       reinterpret_cast<uint2*>(xs)[off4 + c] = rs::cuda::rmsnorm_bf16x4(gemv_norm_row_chunk(p, off4, c), inv, wt[c]);
@@ -256,14 +264,29 @@ __device__ __forceinline__ unsigned gemv_norm_prologue(const DenseGemvParams& p,
 }
 // blocks: how many blocks took a ticket (the grid, or the decode megakernel's CTAs); threads: the
 // prologue's.
+// keep: the prologue's, where it was given one.
 __device__ __forceinline__ void gemv_norm_epilogue(const DenseGemvParams& p, const __nv_bfloat16* xs,
                                                    unsigned ticket, unsigned blocks = gridDim.x,
-                                                   int threads = blockDim.x) {
+                                                   int threads = blockDim.x, const GemvNormKeep* keep = nullptr) {
   __shared__ unsigned last;
   if (static_cast<int>(threadIdx.x) == gemv_norm_ticket_thread(p, threads)) last = ticket == blocks - 1;
   __syncthreads();
   if (!last) return;
   const int64_t chunks = p.w[0].cols / 4;
+  if (keep && p.m == 1 && chunks <= int64_t(kNormRegs) * threads) {
+    if (static_cast<int>(threadIdx.x) < threads) {
+#pragma unroll
+      for (int k = 0; k < kNormRegs; ++k) {
+        const int64_t c = threadIdx.x + static_cast<int64_t>(k) * threads;
+        if (c < chunks) {
+          reinterpret_cast<float4*>(p.norm_residual)[c] = keep->v[k];
+          reinterpret_cast<uint2*>(p.norm_out)[c] = reinterpret_cast<const uint2*>(xs)[c];
+        }
+      }
+    }
+    if (threadIdx.x == 0) *p.norm_counter = 0u;
+    return;
+  }
   for (int t = 0; t < p.m; ++t) {
     const int64_t off4 = t * chunks;
     for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {

@@ -33,29 +33,11 @@
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/ops/gemv.cuh"
+#include "kernels/ops/gemv_stream_geom.h"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/matmul_pdl.cuh"
 
 namespace rs::kern {
-
-constexpr int kStreamConsumerWarps = 8;
-constexpr int kStreamConsumerThreads = kStreamConsumerWarps * 32;  // = the norm's 256 threads
-constexpr int kStreamThreads = kStreamConsumerThreads + 32;        // + one producer warp
-constexpr int kStreamStages = 4;
-constexpr int kStreamPrewaitNormStages = 2;  // copied before the wait: the q/kv launch (norm prologue)
-constexpr int kStreamPrewaitStages = 1;      // the others (o_proj, dense MLP, lm_head)
-
-// Per-launch geometry, computed on the host (linear_kernels.cu, gemv_stream_geometry).
-struct GemvStreamGeom {
-  int64_t total_rows = 0;      // rows of all jobs (DenseGemvParams::group_end holds cumulative rows)
-  int rows_per_stage = 0;      // multiple of kStreamConsumerWarps
-  int pieces = 1;              // column pieces a row is cut into (1: whole rows in a stage)
-  uint32_t row_bytes = 0;      // bytes of one weight row (multiple of 16)
-  uint32_t piece_bytes = 0;    // bytes of one row slot of a stage (multiple of 16; row_bytes if pieces == 1)
-  uint32_t stage_bytes = 0;    // rows_per_stage * piece_bytes
-  uint32_t xs_offset = 0;      // dynamic shared memory: ring at 0, x at xs_offset
-  uint32_t prewait = kStreamStages;  // stages copied before griddepcontrol.wait (launcher)
-};
 
 // Stage i of a block whose share starts at row rb: rows [r0, r1) of the concatenated jobs, piece
 // `piece` of each, `len` bytes from byte `off` of every row.
@@ -170,8 +152,9 @@ __device__ __forceinline__ void gemv_stream_op(const DenseGemvParams& p, const G
   // x into shared memory: the norm prologue (the 256 consumer threads, add_rmsnorm's arithmetic),
   // or a copy of the m token rows.
   [[maybe_unused]] unsigned ticket = 0;
+  [[maybe_unused]] GemvNormKeep keep;
   if constexpr (kNorm) {
-    ticket = gemv_norm_prologue(p, xs, kStreamConsumerThreads);
+    ticket = gemv_norm_prologue(p, xs, kStreamConsumerThreads, &keep);
   } else {
     const int64_t vecs = cols / 8;
     for (int t = 0; t < p.m; ++t) {
@@ -228,7 +211,7 @@ __device__ __forceinline__ void gemv_stream_op(const DenseGemvParams& p, const G
     }
     pdl_probe_mark(kProbeMainDone);
   }
-  if constexpr (kNorm) gemv_norm_epilogue(p, xs, ticket, gridDim.x, kStreamConsumerThreads);
+  if constexpr (kNorm) gemv_norm_epilogue(p, xs, ticket, gridDim.x, kStreamConsumerThreads, &keep);
   pdl_probe_mark(kProbeEnd);
 }
 

@@ -165,9 +165,6 @@ bool gemv_dense_launch_mt(DenseGemvParams& p, int sm_count, cudaStream_t s) {
 }
 
 // ---- The weight-streaming GEMV: shape checks, geometry, launch ------------------------------
-// Largest dynamic shared memory a launch may ask for (ring + x); the attribute is set to it once
-// per instantiation. An H200 SM has 228 KB, a block may take 227 KB.
-constexpr int kStreamMaxSmem = 200 * 1024;
 std::atomic<uint64_t> g_gemv_stream_launches{0};
 
 template <bool kFp8, int MT, class OutT, bool kNorm>
@@ -190,12 +187,13 @@ bool gemv_stream_launch_mt(const DenseGemvParams& p, const GemvStreamGeom& g, in
 
 bool aligned_to(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
-// Launches the streaming GEMV for p, or returns false (nothing launched) where it does not
-// apply: more than 2 tokens, shapes or addresses that are not 16-byte multiples (bulk copies and
+}  // namespace
+
+// Refused: more than 2 tokens, shapes or addresses that are not 16-byte multiples (bulk copies and
 // the 16-byte shared loads need them), FP8 scale blocks a chunk would straddle, x or a ring that
-// does not fit shared memory. The caller then takes the register GEMV.
-bool gemv_stream_launch(DenseGemvParams p, int sm_count, cudaStream_t s) {
-  if (p.m < 1 || p.m > kGemvStreamMaxTokens || p.jobs < 1 || p.jobs > kMaxGemvJobs || sm_count <= 0) return false;
+// does not fit shared memory.
+bool gemv_stream_plan(DenseGemvParams& p, GemvStreamGeom& g, size_t& smem) {
+  if (p.m < 1 || p.m > kGemvStreamMaxTokens || p.jobs < 1 || p.jobs > kMaxGemvJobs) return false;
   const rs::cuda::DeviceMatrix& w0 = p.w[0];
   const bool fp8 = w0.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
   if (p.out_fp32 && (fp8 || p.norm_residual)) return false;
@@ -217,7 +215,7 @@ bool gemv_stream_launch(DenseGemvParams p, int sm_count, cudaStream_t s) {
   } else if (!p.x || !aligned_to(p.x, 16)) {
     return false;
   }
-  GemvStreamGeom g;
+  g = GemvStreamGeom{};
   g.total_rows = rows;
   g.row_bytes = static_cast<uint32_t>(cols * (fp8 ? 1 : 2));
   const int64_t ring_bytes = int64_t(gemv_stream_ring_kb()) * 1024;
@@ -243,10 +241,20 @@ bool gemv_stream_launch(DenseGemvParams p, int sm_count, cudaStream_t s) {
   static const int prewait_norm = env_int("RS_GEMV_PREWAIT_NORM", kStreamPrewaitNormStages, 0, kStreamStages);
   static const int prewait = env_int("RS_GEMV_PREWAIT", kStreamPrewaitStages, 0, kStreamStages);
   g.prewait = static_cast<uint32_t>(p.norm_residual ? prewait_norm : prewait);
-  const size_t smem = g.xs_offset + size_t(p.m) * cols * 2;
-  if (smem > size_t(kStreamMaxSmem) || g.stage_bytes >= (1u << 20)) return false;  // mbarrier tx-count limit
+  smem = g.xs_offset + size_t(p.m) * cols * 2;
+  return smem <= size_t(kStreamMaxSmem) && g.stage_bytes < (1u << 20);  // mbarrier tx-count limit
+}
+
+namespace {
+// Launches the streaming GEMV for p, or returns false (nothing launched) where gemv_stream_plan
+// refuses it; the caller then takes the register GEMV.
+bool gemv_stream_launch(DenseGemvParams p, int sm_count, cudaStream_t s) {
+  GemvStreamGeom g;
+  size_t smem = 0;
+  if (sm_count <= 0 || !gemv_stream_plan(p, g, smem)) return false;
+  const bool fp8 = p.w[0].type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
   // One block per SM, never more blocks than groups of 8 rows (each block a few rows per warp).
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sm_count, (rows + kStreamConsumerWarps - 1) / kStreamConsumerWarps)));
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sm_count, (g.total_rows + kStreamConsumerWarps - 1) / kStreamConsumerWarps)));
   if (p.norm_residual) {
     return fp8 ? gemv_stream_launch_mt<true, __nv_bfloat16, true>(p, g, grid, smem, s)
                : gemv_stream_launch_mt<false, __nv_bfloat16, true>(p, g, grid, smem, s);
