@@ -5,14 +5,37 @@
 
 namespace rs::cuda {
 
-__device__ __forceinline__ void kv_write_token(const KvWriteParams& p, int t) {
+// A cache row from its kv_a row `in` at position pos into `out`, by the whole block (its bits
+// depend on blockDim through the norm's block sum); the same row also into `copy` (shared
+// memory) when given. p's kv_a, slots, positions and cache are not read: the decode attention
+// forms a sequence's newest row this way with p's norm weight and rope table in shared memory
+// (launch_mla_decode's new_kv).
+// The rope part's first pair of each thread is loaded with the norm's inputs, not after its block
+// sum: one trip to L2 on the row's path, not two.
+__device__ __forceinline__ void kv_form_row(const KvWriteParams& p, const __nv_bfloat16* in, __nv_bfloat16* out, int pos,
+                                            __nv_bfloat16* copy = nullptr) {
   __shared__ float scratch[32];
-  const __nv_bfloat16* in = p.kv_a + static_cast<int64_t>(t) * p.kv_a_stride;
-  __nv_bfloat16* out = p.cache + static_cast<int64_t>(p.slots[t]) * (p.kv_lora + p.rope.rope_dim);
-  rmsnorm_bf16_row(in, out, p.norm_weight, p.kv_lora, p.eps, scratch);
-  const int half = p.rope.rope_dim / 2;
-  for (int i = threadIdx.x; i < half; i += blockDim.x)
-    rope_apply_pair(p.rope, p.positions[t], i, in + p.kv_lora, out + p.kv_lora);
+  const int half = p.rope.rope_dim / 2, i0 = threadIdx.x;
+  const __nv_bfloat16* pe = in + p.kv_lora;
+  const __nv_bfloat16 xa0 = i0 < half ? pe[rope_a(p.rope, i0)] : __nv_bfloat16();
+  const __nv_bfloat16 xb0 = i0 < half ? pe[rope_b(p.rope, i0)] : __nv_bfloat16();
+  rmsnorm_bf16_row(in, out, p.norm_weight, p.kv_lora, p.eps, scratch, copy);
+  for (int i = i0; i < half; i += blockDim.x) {
+    const int a = rope_a(p.rope, i), b = rope_b(p.rope, i);
+    float ya, yb;
+    rope_pair(p.rope, pos, i, __bfloat162float(i == i0 ? xa0 : pe[a]), __bfloat162float(i == i0 ? xb0 : pe[b]), &ya, &yb);
+    const __nv_bfloat16 va = __float2bfloat16(ya), vb = __float2bfloat16(yb);
+    out[p.kv_lora + a] = va;
+    out[p.kv_lora + b] = vb;
+    if (copy) {
+      copy[p.kv_lora + a] = va;
+      copy[p.kv_lora + b] = vb;
+    }
+  }
+}
+__device__ __forceinline__ void kv_write_token(const KvWriteParams& p, int t) {
+  kv_form_row(p, p.kv_a + static_cast<int64_t>(t) * p.kv_a_stride,
+              p.cache + static_cast<int64_t>(p.slots[t]) * (p.kv_lora + p.rope.rope_dim), p.positions[t]);
 }
 
 __device__ __forceinline__ void kv_gather_row(const KvGatherParams& p, int pos) {

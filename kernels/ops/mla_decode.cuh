@@ -23,6 +23,7 @@
 #include "kernels/common/mma_ptx.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
+#include "kernels/ops/kv_cache.cuh"
 #include "kernels/ops/mla_decode_params.h"
 
 namespace rs::cuda {
@@ -38,16 +39,22 @@ constexpr float kLog2e = 1.4426950408889634f;
 struct Layout {  // shared-memory carve-up, in bytes; row strides padded by 16 bytes so that the
                  // 8 rows an ldmatrix reads fall in 8 different bank quads
   int qs, ks, ss;  // element strides
-  size_t q_off, k_off, s_off, slot_off, total;
+  size_t q_off, k_off, s_off, slot_off, new_off, consts_off, total;
   // s_parts: partial scores per token (8 warps: the two warps of an 8-token group of S split its
   // dims).
-  __host__ __device__ Layout(int kv_dim, int s_parts = 1) {
+  // new_row: room for launch_mla_decode's new_kv row and constants, only where it is set (3.5 KB
+  // more a block would leave batch 64's two blocks an SM one).
+  __host__ __device__ Layout(int kv_dim, int s_parts = 1, bool new_row = false) {
     qs = kv_dim + 8; ks = kv_dim + 8; ss = kTile + 4;
     q_off = 0;
     k_off = q_off + size_t(kHeads) * qs * 2;
     s_off = k_off + 2 * size_t(kTile) * ks * 2;
     slot_off = s_off + size_t(s_parts) * kHeads * ss * 4;
-    total = slot_off + 2 * kTile * 8;
+    // The newest row when formed here (launch_mla_decode's new_kv), then its norm weight and rope
+    // frequencies (fp32, kv_lora + rope / 2 < kv_dim of them).
+    new_off = slot_off + 2 * kTile * 8;
+    consts_off = new_off + (size_t(kv_dim) * 2 + 15) / 16 * 16;
+    total = new_row ? consts_off + size_t(kv_dim) * 4 : new_off;
   }
 };
 
@@ -70,20 +77,22 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
 // batch 1: twice the warps on each tile): with 8, the two warps of a group each take half of the
 // dims (their partial scores meet in shared memory, added in a fixed order) and each warp owns
 // kv_lora / 8 columns of O, so the serial MMA chain of a tile is half as long.
-template <int kNumWarps>
+// new_kv: launch_mla_decode's (kNewRow only).
+template <int kNumWarps, bool kNewRow = false>
 __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p, int split, int head_group, int b,
-                                                       char* smem) {
+                                                       char* smem, const KvWriteParams* new_kv = nullptr) {
   using namespace mla_decode;
   constexpr int kGroups = kTile / 8;  // 8-token groups of S = Q K^T (one n8 MMA tile each)
   static_assert(kNumWarps % kGroups == 0, "every group gets the same number of warps");
   constexpr int kThreadsB = kNumWarps * 32;
   constexpr int kSParts = kNumWarps / kGroups;
   constexpr int kMaxColTiles = kMaxLora / kNumWarps / 8;  // n8 tiles of O per warp at kv_lora 512
-  const Layout L(p.kv_dim, kSParts);
+  const Layout L(p.kv_dim, kSParts, kNewRow);
   __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L.q_off);
   __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L.k_off);
   float* Ss = reinterpret_cast<float*>(smem + L.s_off);
   int64_t* slot_s = reinterpret_cast<int64_t*>(smem + L.slot_off);  // [2][kTile] cache rows of a tile
+  __nv_bfloat16* new_s = reinterpret_cast<__nv_bfloat16*>(smem + L.new_off);  // [kv_dim]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;  // MMA fragment row group and column pair
   const int h0 = head_group * kHeads;
@@ -103,6 +112,17 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   const int vecs = p.kv_dim / 8;
   const int32_t* bt = p.block_tables + static_cast<int64_t>(b) * p.bt_stride;
   const int tiles = (t1 - t0 + kTile - 1) / kTile;
+  // The newest row, when this block forms it (new_kv): tile it_new, row r_new of it. Its copy is
+  // never issued, so no asynchronous write races with the row stored from new_s.
+  const bool form_new = kNewRow && len - 1 >= t0 && len - 1 < t1;
+  KvWriteParams nk;  // its norm weight and rope table from shared memory (below)
+  if constexpr (kNewRow) nk = *new_kv;
+  const int it_new = form_new ? (len - 1 - t0) / kTile : -1, r_new = form_new ? (len - 1 - t0) % kTile : -1;
+  auto store_new = [&](int buf) {  // new_s into its row of buffer buf (a barrier must follow)
+    const uint4* src = reinterpret_cast<const uint4*>(new_s);
+    uint4* dst = reinterpret_cast<uint4*>(Ks + (buf * kTile + r_new) * L.ks);
+    for (int i = tid; i < vecs; i += kThreadsB) dst[i] = src[i];
+  };
   // Block-table lookups (an L2 round trip) run one tile ahead of the copies that need them: the
   // lookups of tile i + 2 are issued right after the copies of tile i + 1 and land in a register
   // while tile i is computed, so no tile's cp.async waits behind a lookup.
@@ -114,11 +134,12 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
     const int64_t* slots = slot_s + buf * kTile;
     __nv_bfloat16* dst = Ks + buf * kTile * L.ks;
     const int rows = min(kTile, t1 - (t0 + tile * kTile));
+    const int skip = kNewRow && tile == it_new ? r_new : -1;
     // (row, vector) walked incrementally: no integer division per 16-byte copy.
     int r = tid / vecs, v = tid - (tid / vecs) * vecs;
     const int dr = kThreadsB / vecs, dv = kThreadsB - dr * vecs;
     while (r < kTile) {
-      cp_async16(dst + r * L.ks + v * 8, p.cache + slots[r] * p.kv_dim + v * 8, r < rows);
+      if (!kNewRow || r != skip) cp_async16(dst + r * L.ks + v * 8, p.cache + slots[r] * p.kv_dim + v * 8, r < rows);
       v += dv;
       r += dr;
       if (v >= vecs) { v -= vecs; ++r; }
@@ -130,14 +151,32 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   // before the first kernel of the step started, and every cache row but each sequence's newest
   // one (which the previous kernel, the fused absorb + cache write, may be writing) was written
   // by earlier steps or by kernels that completed before the previous kernel got past its wait.
-  // So the first tile's copies overlap the previous kernel unless that tile holds the newest row.
+  // So the first tile's copies overlap the previous kernel unless that tile holds the newest row
+  // and the row is read from the cache (with new_kv it is formed after the wait instead).
   int64_t next_slot = 0;
   if (tid < kTile) {
     slot_s[tid] = lookup(0);
     if (tiles > 1) next_slot = lookup(1);
   }
   __syncthreads();
-  const bool early = tiles > 1 || t1 < len;
+  // The newest row's constant inputs before the wait (weights, and the step's metadata, uploaded
+  // before its first kernel): after it only kv_a's trip to L2 stays on the row's path. Their copy
+  // group is the oldest, waited for before the row is formed.
+  int new_pos = 0, new_slot = 0;
+  if (form_new) {  // block-uniform
+    float* consts = reinterpret_cast<float*>(smem + L.consts_off);
+    const int nw4 = nk.kv_lora / 4, if4 = nk.rope.rope_dim / 8;  // 16-byte pieces
+    for (int i = tid; i < nw4; i += kThreadsB) cp_async16(consts + 4 * i, nk.norm_weight + 4 * i, true);
+    nk.norm_weight = consts;
+    if ((nk.rope.rope_dim / 2) % 4 == 0) {
+      for (int i = tid; i < if4; i += kThreadsB) cp_async16(consts + nk.kv_lora + 4 * i, nk.rope.inv_freq + 4 * i, true);
+      nk.rope.inv_freq = consts + nk.kv_lora;
+    }
+    cp_async_commit();
+    new_pos = nk.positions[b];
+    new_slot = nk.slots[b];
+  }
+  const bool early = tiles > 1 || t1 < len || kNewRow;
   if (early) issue_tile(0, 0);
   pdl::wait();
   pdl::launch_dependents();
@@ -151,6 +190,15 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
     cp_async16(Qs + r * L.qs + v * 8, p.q + (qrow * p.heads + (valid ? h0 + r : 0)) * p.kv_dim + v * 8, valid);
   }
   cp_async_commit();
+  // The newest row while Q's copies are in flight (the q/kv launch wrote kv_a).
+  if (form_new) {  // block-uniform
+    cp_async_wait<2>();  // the constants' group (tile 0's and Q's may still be in flight)
+    __syncthreads();
+    kv_form_row(nk, nk.kv_a + static_cast<int64_t>(b) * nk.kv_a_stride,
+                nk.cache + static_cast<int64_t>(new_slot) * p.kv_dim, new_pos, new_s);
+    __syncthreads();
+    if (it_new == 0) store_new(0);  // later tiles: when they are issued
+  }
 
   const int col_tiles = p.kv_lora / (kNumWarps * 8);  // n8 tiles of O per warp (<= kMaxColTiles)
   const int col0 = warp * (p.kv_lora / kNumWarps);
@@ -177,6 +225,7 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
       if (tid < kTile) slot_s[(buf ^ 1) * kTile + tid] = next_slot;
       __syncthreads();
       issue_tile(it + 1, buf ^ 1);
+      if (kNewRow && it + 1 == it_new) store_new(buf ^ 1);
       if (it + 2 < tiles && tid < kTile) next_slot = lookup(it + 2);
       cp_async_wait<1>();
     } else {

@@ -17,6 +17,13 @@ __global__ void __launch_bounds__(kNumWarps * 32, kNumWarps == 4 ? 2 : 1) mla_de
   mla_decode_split_block<kNumWarps>(p, blockIdx.x, blockIdx.y, blockIdx.z, smem);
   pdl::probe_mark(kern::kProbeEnd);
 }
+template <int kNumWarps>
+__global__ void __launch_bounds__(kNumWarps * 32, kNumWarps == 4 ? 2 : 1)
+    mla_decode_split_new_row_kernel(const MlaDecodeParams p, const KvWriteParams new_kv) {
+  extern __shared__ __align__(128) char smem[];
+  mla_decode_split_block<kNumWarps, true>(p, blockIdx.x, blockIdx.y, blockIdx.z, smem, &new_kv);
+  pdl::probe_mark(kern::kProbeEnd);
+}
 __global__ void __launch_bounds__(kCombineThreads) mla_decode_combine_kernel(const MlaDecodeParams p) {
   pdl::wait();
   pdl::launch_dependents();
@@ -25,15 +32,24 @@ __global__ void __launch_bounds__(kCombineThreads) mla_decode_combine_kernel(con
 size_t mla_decode_smem_bytes(int /*kv_lora*/, int kv_dim) { return mla_decode::Layout(kv_dim).total; }
 namespace {
 template <int kNumWarps>
-void launch_split(const MlaDecodeParams& p, cudaStream_t stream) {
-  const size_t smem = mla_decode::Layout(p.kv_dim, kNumWarps / 4).total;
-  kern::allow_dynamic_smem(mla_decode_split_kernel<kNumWarps>, int(smem));  // a refusal shows as the launch's error
+void launch_split(const MlaDecodeParams& p, cudaStream_t stream, const KvWriteParams* new_kv) {
+  const size_t smem = mla_decode::Layout(p.kv_dim, kNumWarps / 4, new_kv != nullptr).total;
   const dim3 grid(p.splits, (p.heads + mla_decode::kHeads - 1) / mla_decode::kHeads, p.batch);
-  kern::apply_carveout(mla_decode_split_kernel<kNumWarps>, kNumWarps == 8 ? "attention1" : "attention");
-  kern::launch_pdl(mla_decode_split_kernel<kNumWarps>, grid, dim3(kNumWarps * 32), smem, stream, p);
+  const char* family = kNumWarps == 8 ? "attention1" : "attention";
+  if (new_kv) {
+    auto* kernel = mla_decode_split_new_row_kernel<kNumWarps>;
+    kern::allow_dynamic_smem(kernel, int(smem));  // a refusal shows as the launch's error
+    kern::apply_carveout(kernel, family);
+    kern::launch_pdl(kernel, grid, dim3(kNumWarps * 32), smem, stream, p, *new_kv);
+  } else {
+    auto* kernel = mla_decode_split_kernel<kNumWarps>;
+    kern::allow_dynamic_smem(kernel, int(smem));
+    kern::apply_carveout(kernel, family);
+    kern::launch_pdl(kernel, grid, dim3(kNumWarps * 32), smem, stream, p);
+  }
 }
 }  // namespace
-void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream) {
+void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream, const KvWriteParams* new_kv) {
   if (p.batch <= 0) return;
   const int sm_query = kern::current_sm_count();
   const int sms = sm_query > 0 ? sm_query : 132;  // sizes the grid only
@@ -44,9 +60,9 @@ void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream) {
   // which the backend requires anyway.)
   const int64_t blocks = int64_t(p.splits) * ((p.heads + mla_decode::kHeads - 1) / mla_decode::kHeads) * p.batch;
   if (blocks <= sms && p.kv_lora % 64 == 0)
-    launch_split<8>(p, stream);
+    launch_split<8>(p, stream, new_kv);
   else
-    launch_split<mla_decode::kWarps>(p, stream);
+    launch_split<mla_decode::kWarps>(p, stream, new_kv);
   if (p.out)  // otherwise the consumer (launch_mla_v_up with part_o) merges the splits
     kern::launch_pdl(mla_decode_combine_kernel, dim3(p.batch * p.heads), dim3(kCombineThreads), 0, stream, p);
 }

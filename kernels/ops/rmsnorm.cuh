@@ -101,18 +101,22 @@ __host__ __device__ inline bool add_rmsnorm_vectorized(int hidden) {
   return hidden % 4 == 0 && hidden / 4 <= kAddRmsNormThreads * kAddRmsNormMaxChunks;
 }
 
-// One bf16 row normalised by the whole block; `scratch` is block_sum's (32 floats).
+// One bf16 row normalised by the whole block; `scratch` is block_sum's (32 floats). The same bits
+// also into `copy` when given.
 __device__ __forceinline__ void rmsnorm_bf16_row(const __nv_bfloat16* in, __nv_bfloat16* out,
                                                  const float* weight, int width, float eps,
-                                                 float* scratch) {
+                                                 float* scratch, __nv_bfloat16* copy = nullptr) {
   float ss = 0.f;
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
     float v = __bfloat162float(in[i]);
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss, scratch) / width + eps);
-  for (int i = threadIdx.x; i < width; i += blockDim.x)
-    out[i] = __float2bfloat16(__bfloat162float(in[i]) * inv * weight[i]);
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    const __nv_bfloat16 y = __float2bfloat16(__bfloat162float(in[i]) * inv * weight[i]);
+    out[i] = y;
+    if (copy) copy[i] = y;
+  }
 }
 
 __device__ __forceinline__ void rmsnorm_row(const RmsNormRowsParams& p, int row) {

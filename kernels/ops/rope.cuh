@@ -5,15 +5,22 @@ namespace rs::cuda {
 
 // The angle is formed in fp32 as pos * inv_freq (as HF and the CPU reference do); cos/sin are the
 // accurate versions: __cosf loses precision at the large angles of long contexts.
-__device__ __forceinline__ void rope_pair(const RopeSpec& r, int pos, int i, float xa, float xb,
-                                          float* ya, float* yb) {
+// In two halves, so a kernel can form the angle's cos and sin before its inputs arrive.
+__device__ __forceinline__ void rope_cos_sin(const RopeSpec& r, int pos, int i, float* c, float* s) {
   const float angle = static_cast<float>(pos) * r.inv_freq[i];
-  float s, c;
-  sincosf(angle, &s, &c);
-  c *= r.mscale;
-  s *= r.mscale;
+  sincosf(angle, s, c);
+  *c *= r.mscale;
+  *s *= r.mscale;
+}
+__device__ __forceinline__ void rope_rotate(float c, float s, float xa, float xb, float* ya, float* yb) {
   *ya = xa * c - xb * s;
   *yb = xb * c + xa * s;
+}
+__device__ __forceinline__ void rope_pair(const RopeSpec& r, int pos, int i, float xa, float xb,
+                                          float* ya, float* yb) {
+  float c, s;
+  rope_cos_sin(r, pos, i, &c, &s);
+  rope_rotate(c, s, xa, xb, ya, yb);
 }
 
 // Element offsets of rotary pair i inside a rope_dim-wide vector.
