@@ -182,6 +182,7 @@ inline bool v2lite_decode_fits(const char* suite, const char* what) {
 struct PathCompare {
   double worst_cosine = 1.0;
   int flips = 0;
+  int differing_steps = 0;  // steps whose logits differ in any bit
   float worst_flip_margin = 0.f;
   std::vector<std::string> failures;  // one line a step that misses a bar
 };
@@ -215,6 +216,7 @@ PathCompare compare_v2lite_decode(bool fp8, SetPath set_path, double min_cosine,
   const int V = spec.vocab_size;
   for (size_t t = 0; t < logits[0].size(); ++t) {
     const double c = cosine(logits[0][t].data(), logits[1][t].data(), V);
+    if (std::memcmp(logits[0][t].data(), logits[1][t].data(), size_t(V) * sizeof(float)) != 0) ++r.differing_steps;
     r.worst_cosine = std::min(r.worst_cosine, c);
     if (c < min_cosine) r.failures.push_back("step " + std::to_string(t) + ": cosine " + std::to_string(c));
     if (next[0][t] != next[1][t]) {

@@ -20,6 +20,7 @@
 #include "kernels/ops/mla_prefill_params.h"
 #include "kernels/ops/moe_decode_launch.h"
 #include "kernels/ops/moe_router_params.h"
+#include "kernels/ops/qkv_absorb_params.h"
 #include "kernels/ops/rmsnorm_params.h"
 
 namespace rs::cuda {
@@ -368,6 +369,59 @@ void ForwardPass::dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloa
   linear_or_record(m.down, act_.get<__nv_bfloat16>(), n, out, lws, stream);
 }
 
+KvWriteParams ForwardPass::kv_write_params(const DeviceLayer& L, __nv_bfloat16* cache, int n) const {
+  KvWriteParams kw;
+  kw.kv_a = kva_.get<__nv_bfloat16>();
+  kw.kv_a_stride = spec_.kv_cache_dim();
+  kw.norm_weight = L.kv_a_norm;
+  kw.eps = kLatentNormEps;
+  kw.positions = positions_d_;
+  kw.slots = slots_d_;
+  kw.cache = cache;
+  kw.n = n;
+  kw.kv_lora = spec_.kv_lora_rank;
+  kw.rope = rope_;
+  return kw;
+}
+
+MlaAbsorbQParams ForwardPass::absorb_params(const DeviceLayer& L, int nd) const {
+  MlaAbsorbQParams ab;
+  ab.q = q_.get<__nv_bfloat16>();
+  ab.kv_b = L.kv_b_bf16;
+  ab.out = qabs_.get<__nv_bfloat16>();
+  ab.n = nd;
+  ab.heads = spec_.num_attention_heads;
+  ab.nope = spec_.qk_nope_head_dim;
+  ab.rope = spec_.qk_rope_head_dim;
+  ab.vdim = spec_.v_head_dim;
+  ab.kv_lora = spec_.kv_lora_rank;
+  return ab;
+}
+
+bool ForwardPass::qkv_absorb(const DeviceLayer& L, int n, int nd, const std::vector<Prefill>& prefills,
+                             const AddRmsNormParams* norm, cudaStream_t stream) {
+  // One pure-decode token with its input norm, on the streaming GEMV's path (where the grouped
+  // q/kv launch would take it: bf16, RS_GEMV_STREAM's "group").
+  if (rec_ || n != 1 || nd != 1 || !prefills.empty() || !norm || !gemv_norm_prologue_ok(*norm, 1) ||
+      L.q_proj.type != WeightType::BF16 || !kern::gemv_stream_on(kern::kGemvStreamGroup, 1, false) ||
+      norm->out != xn_.get<__nv_bfloat16>() || norm->hidden != L.q_proj.cols)
+    return false;
+  QkvAbsorbParams p;
+  p.gemv.w[0] = L.q_proj;
+  p.gemv.w[1] = L.kv_a;
+  p.gemv.y[0] = q_.get<__nv_bfloat16>();
+  p.gemv.y[1] = kva_.get<__nv_bfloat16>();
+  p.gemv.jobs = 2;
+  p.gemv.x = xn_.get<__nv_bfloat16>();
+  p.gemv.m = 1;
+  set_gemv_norm_prologue(p.gemv, *norm);
+  p.absorb = absorb_params(L, 1);
+  p.absorb.positions = positions_d_;
+  p.absorb.rotate = rope_;
+  RS_OP("add+rmsnorm + q_proj+kv_a + absorb (clusters)");
+  return launch_qkv_absorb(p, num_sms_, stream);
+}
+
 void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>& prefills, cudaStream_t stream) {
   const ModelSpec& s = spec_;
   const DeviceLayer& L = w_.layers[layer];
@@ -382,6 +436,7 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   // prologue for one or two rows, its own kernel otherwise.
   const AddRmsNormParams* norm = input_norm_;
   input_norm_ = nullptr;
+  bool qkv_absorbed = false;  // q/kv GEMV, absorption and q's rope in one launch (qkv_absorb)
   if (s.q_lora_rank > 0) {
     RS_OP("add+rmsnorm + q_a+kv_a (grouped) + norm + q_b");
     const LinearJob qkv[2] = {{L.q_a, qa_.get<__nv_bfloat16>()}, {L.kv_a, kva_.get<__nv_bfloat16>()}};
@@ -396,23 +451,16 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     rec_ ? rec_->rmsnorm_rows(nr) : launch_rmsnorm_rows(nr, stream);
     linear_or_record(L.q_b, qa_.get<__nv_bfloat16>(), n, q, lws, stream);
   } else {
-    RS_OP("add+rmsnorm + q_proj+kv_a (grouped)");
-    const LinearJob qkv[2] = {{L.q_proj, q}, {L.kv_a, kva_.get<__nv_bfloat16>()}};
-    if (rec_) rec_->gemv(qkv, 2, xn, n, norm);
-    else linear_group(qkv, 2, xn, n, lws, stream, norm);
+    qkv_absorbed = qkv_absorb(L, n, nd, prefills, norm, stream);
+    if (!qkv_absorbed) {
+      RS_OP("add+rmsnorm + q_proj+kv_a (grouped)");
+      const LinearJob qkv[2] = {{L.q_proj, q}, {L.kv_a, kva_.get<__nv_bfloat16>()}};
+      if (rec_) rec_->gemv(qkv, 2, xn, n, norm);
+      else linear_group(qkv, 2, xn, n, lws, stream, norm);
+    }
   }
   __nv_bfloat16* cache = cache_ + layer * layer_stride_;
-  KvWriteParams kw;
-  kw.kv_a = kva_.get<__nv_bfloat16>();
-  kw.kv_a_stride = kvd;
-  kw.norm_weight = L.kv_a_norm;
-  kw.eps = kLatentNormEps;
-  kw.positions = positions_d_;
-  kw.slots = slots_d_;
-  kw.cache = cache;
-  kw.n = n;
-  kw.kv_lora = R;
-  kw.rope = rope_;
+  const KvWriteParams kw = kv_write_params(L, cache, n);
   // A pure decode step rotates q inside the absorb kernel and writes the cache rows from extra
   // blocks of the same launch: kv_write, rope_q and absorb become one kernel per layer.
   const bool rope_in_absorb = nd > 0 && nd == n && prefills.empty();
@@ -428,22 +476,14 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   if (!rope_in_absorb) { RS_OP("rope_q"); launch_rope_q(rq, stream); }
   const float scale = static_cast<float>(s.softmax_scale());
   if (nd > 0) {  // absorbed MQA over the latent cache
-    MlaAbsorbQParams ab;
-    ab.q = q;
-    ab.kv_b = L.kv_b_bf16;
-    ab.out = qabs_.get<__nv_bfloat16>();
-    ab.n = nd;
-    ab.heads = nh;
-    ab.nope = nope;
-    ab.rope = rope;
-    ab.vdim = vd;
-    ab.kv_lora = R;
-    if (rope_in_absorb) {
+    // (With qkv_absorbed the q/kv launch absorbed q and the attention forms the cache row.)
+    MlaAbsorbQParams ab = absorb_params(L, nd);
+    if (!qkv_absorbed && rope_in_absorb) {
       ab.positions = positions_d_;
       ab.rotate = rope_;
       RS_OP("mla absorb q + rope + kv_write");
       rec_ ? rec_->absorb_kv(ab, kw) : launch_mla_absorb_q_kv_write(ab, kw, stream);
-    } else {
+    } else if (!qkv_absorbed) {
       RS_OP("mla absorb q");
       launch_mla_absorb_q(ab, stream);
     }
@@ -464,7 +504,10 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     dp.kv_lora = R;
     dp.kv_dim = kvd;
     dp.scale = scale;
-    { RS_OP("mla decode attention"); rec_ ? rec_->attention(dp) : launch_mla_decode(dp, stream); }
+    {
+      RS_OP("mla decode attention");
+      rec_ ? rec_->attention(dp) : launch_mla_decode(dp, stream, qkv_absorbed ? &kw : nullptr);
+    }
     MlaVUpParams vu;
     vu.o_latent = olat_.get<__nv_bfloat16>();
     vu.kv_b = L.kv_b_bf16;

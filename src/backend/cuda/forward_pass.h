@@ -16,6 +16,8 @@
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/linear.h"
 #include "backend/cuda/op_profiler.h"
+#include "kernels/ops/kv_cache_params.h"
+#include "kernels/ops/mla_absorb_params.h"
 #include "kernels/ops/rope_params.h"
 #include "model/model_spec.h"
 
@@ -83,6 +85,13 @@ class ForwardPass {
   void forward(int n, int nd, const std::vector<Prefill>& prefills, int nlogits, const int32_t* logit_rows,
                cudaStream_t stream);
   void attention(int layer, int n, int nd, const std::vector<Prefill>& prefills, cudaStream_t stream);
+  // The cache write of n rows and the absorption of nd decode rows (q rotated on the way) for layer L.
+  KvWriteParams kv_write_params(const DeviceLayer& L, __nv_bfloat16* cache, int n) const;
+  MlaAbsorbQParams absorb_params(const DeviceLayer& L, int nd) const;
+  // One decode token's norm + q/kv GEMV + absorption as one launch (qkv_absorb.cuh) where it
+  // applies; false: nothing launched.
+  bool qkv_absorb(const DeviceLayer& L, int n, int nd, const std::vector<Prefill>& prefills,
+                  const AddRmsNormParams* norm, cudaStream_t stream);
   // The layer's attention-input add + RMSNorm: forward() leaves it here and attention() runs it,
   // alone or as the prologue of the q/kv GEMV launch (linear_group). (gemv room, additive)
   const AddRmsNormParams* input_norm_ = nullptr;
