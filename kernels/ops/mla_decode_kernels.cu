@@ -35,18 +35,13 @@ template <int kNumWarps>
 void launch_split(const MlaDecodeParams& p, cudaStream_t stream, const KvWriteParams* new_kv) {
   const size_t smem = mla_decode::Layout(p.kv_dim, kNumWarps / 4, new_kv != nullptr).total;
   const dim3 grid(p.splits, (p.heads + mla_decode::kHeads - 1) / mla_decode::kHeads, p.batch);
-  const char* family = kNumWarps == 8 ? "attention1" : "attention";
-  if (new_kv) {
-    auto* kernel = mla_decode_split_new_row_kernel<kNumWarps>;
+  auto launch = [&](auto* kernel, const auto&... args) {
     kern::allow_dynamic_smem(kernel, int(smem));  // a refusal shows as the launch's error
-    kern::apply_carveout(kernel, family);
-    kern::launch_pdl(kernel, grid, dim3(kNumWarps * 32), smem, stream, p, *new_kv);
-  } else {
-    auto* kernel = mla_decode_split_kernel<kNumWarps>;
-    kern::allow_dynamic_smem(kernel, int(smem));
-    kern::apply_carveout(kernel, family);
-    kern::launch_pdl(kernel, grid, dim3(kNumWarps * 32), smem, stream, p);
-  }
+    kern::apply_carveout(kernel, kNumWarps == 8 ? "attention1" : "attention");
+    kern::launch_pdl(kernel, grid, dim3(kNumWarps * 32), smem, stream, args...);
+  };
+  if (new_kv) launch(mla_decode_split_new_row_kernel<kNumWarps>, p, *new_kv);
+  else launch(mla_decode_split_kernel<kNumWarps>, p);
 }
 }  // namespace
 void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream, const KvWriteParams* new_kv) {

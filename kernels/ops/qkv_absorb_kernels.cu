@@ -18,14 +18,13 @@ namespace rs::cuda {
 // differ in size), and with registers capped so that two blocks could share an SM (clusters of 8
 // then fit) the step was 3% slower (2026-12-01). Blocks of clusters under 8 absorb up to two
 // chunks of latent columns.
-template <int S, int K>
+constexpr int kStages = 3;  // a 96 KB ring (x after it): a split-attention block fits beside
+constexpr int kChunksPerBlock = 2;
 __global__ void __launch_bounds__(kern::kStreamThreads, 1)
     qkv_absorb_kernel(const __grid_constant__ QkvAbsorbParams p, const __grid_constant__ kern::GemvStreamGeom g) {
   extern __shared__ __align__(128) uint8_t qkv_smem[];
-  kern::qkv_absorb_op<S, K>(p, g, qkv_smem);
+  kern::qkv_absorb_op<kStages, kChunksPerBlock>(p, g, qkv_smem);
 }
-constexpr int kStages = 3;  // a 96 KB ring (x after it): a split-attention block fits beside
-constexpr int kChunksPerBlock = 2;
 
 namespace {
 bool g_qkv_absorb = kern::env_int("RS_QKV_ABSORB", 1, 0, 1) == 1;
@@ -42,7 +41,6 @@ bool refuse(std::string why) {
 // How many clusters of `size` blocks of the launch fit the GPU at once (a cluster's blocks sit in
 // one GPC, one block an SM): fewer than heads would leave a second wave of clusters behind the
 // first. Asked of the driver once per (device, shared memory size, size).
-template <int S, int K>
 int resident_clusters(int heads, int size, size_t smem) {
   struct Entry {
     int device, size;
@@ -65,7 +63,7 @@ int resident_clusters(int heads, int size, size_t smem) {
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, qkv_absorb_kernel<S, K>, &cfg) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, qkv_absorb_kernel, &cfg) != cudaSuccess) {
     cudaGetLastError();
     clusters = 0;
   }
@@ -73,19 +71,19 @@ int resident_clusters(int heads, int size, size_t smem) {
   return clusters;
 }
 bool launch_clusters(const QkvAbsorbParams& p, kern::GemvStreamGeom g, int sm_count, cudaStream_t stream) {
-  constexpr int S = kStages, K = kChunksPerBlock;
+  constexpr int S = kStages;
   const int heads = p.absorb.heads;
   g.xs_offset = static_cast<uint32_t>(S) * g.stage_bytes;
   g.prewait = g.prewait < static_cast<uint32_t>(S) ? g.prewait : static_cast<uint32_t>(S);
   const size_t smem = g.xs_offset + size_t(p.gemv.w[0].cols) * 2;
-  if (!kern::allow_dynamic_smem(qkv_absorb_kernel<S, K>, int(smem))) return refuse("shared memory opt-in");
+  if (!kern::allow_dynamic_smem(qkv_absorb_kernel, int(smem))) return refuse("shared memory opt-in");
   // The largest cluster (most SMs streaming) of which every head's fits at once.
   int size = g_max_cluster;
-  while (size >= kQkvAbsorbMinCluster && (heads * size > sm_count || resident_clusters<S, K>(heads, size, smem) < heads))
+  while (size >= kQkvAbsorbMinCluster && (heads * size > sm_count || resident_clusters(heads, size, smem) < heads))
     --size;
   if (size < kQkvAbsorbMinCluster) return refuse("clusters of 4 to 7 blocks do not fit every head at once");
-  kern::apply_carveout(qkv_absorb_kernel<S, K>, "gemv");
-  const cudaError_t e = kern::launch_with_pdl(qkv_absorb_kernel<S, K>, dim3(heads * size), dim3(kern::kStreamThreads),
+  kern::apply_carveout(qkv_absorb_kernel, "gemv");
+  const cudaError_t e = kern::launch_with_pdl(qkv_absorb_kernel, dim3(heads * size), dim3(kern::kStreamThreads),
                                               size, smem, stream, kern::matmul_pdl(), p, g);
   if (e != cudaSuccess) return refuse(std::string("launch: ") + cudaGetErrorString(e));
   g_launches.fetch_add(1, std::memory_order_relaxed);

@@ -400,11 +400,11 @@ MlaAbsorbQParams ForwardPass::absorb_params(const DeviceLayer& L, int nd) const 
 
 bool ForwardPass::qkv_absorb(const DeviceLayer& L, int n, int nd, const std::vector<Prefill>& prefills,
                              const AddRmsNormParams* norm, cudaStream_t stream) {
-  // One pure-decode token with its input norm, on the streaming GEMV's path (where the grouped
-  // q/kv launch would take it: bf16, RS_GEMV_STREAM's "group").
+  // One pure-decode token with its input norm, where the grouped q/kv launch would take the
+  // streaming GEMV (RS_GEMV_STREAM's "group"); the launcher refuses the rest (FP8, head shapes).
   if (rec_ || n != 1 || nd != 1 || !prefills.empty() || !norm || !gemv_norm_prologue_ok(*norm, 1) ||
-      L.q_proj.type != WeightType::BF16 || !kern::gemv_stream_on(kern::kGemvStreamGroup, 1, false) ||
-      norm->out != xn_.get<__nv_bfloat16>() || norm->hidden != L.q_proj.cols)
+      !kern::gemv_stream_on(kern::kGemvStreamGroup, 1, false) || norm->out != xn_.get<__nv_bfloat16>() ||
+      norm->hidden != L.q_proj.cols)
     return false;
   QkvAbsorbParams p;
   p.gemv.w[0] = L.q_proj;
@@ -476,16 +476,17 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   if (!rope_in_absorb) { RS_OP("rope_q"); launch_rope_q(rq, stream); }
   const float scale = static_cast<float>(s.softmax_scale());
   if (nd > 0) {  // absorbed MQA over the latent cache
-    // (With qkv_absorbed the q/kv launch absorbed q and the attention forms the cache row.)
-    MlaAbsorbQParams ab = absorb_params(L, nd);
-    if (!qkv_absorbed && rope_in_absorb) {
-      ab.positions = positions_d_;
-      ab.rotate = rope_;
-      RS_OP("mla absorb q + rope + kv_write");
-      rec_ ? rec_->absorb_kv(ab, kw) : launch_mla_absorb_q_kv_write(ab, kw, stream);
-    } else if (!qkv_absorbed) {
-      RS_OP("mla absorb q");
-      launch_mla_absorb_q(ab, stream);
+    if (!qkv_absorbed) {  // (else the q/kv launch absorbed q and the attention forms the cache row)
+      MlaAbsorbQParams ab = absorb_params(L, nd);
+      if (rope_in_absorb) {
+        ab.positions = positions_d_;
+        ab.rotate = rope_;
+        RS_OP("mla absorb q + rope + kv_write");
+        rec_ ? rec_->absorb_kv(ab, kw) : launch_mla_absorb_q_kv_write(ab, kw, stream);
+      } else {
+        RS_OP("mla absorb q");
+        launch_mla_absorb_q(ab, stream);
+      }
     }
     MlaDecodeParams dp;
     dp.q = qabs_.get<__nv_bfloat16>();
