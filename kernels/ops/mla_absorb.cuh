@@ -42,6 +42,22 @@ __device__ __forceinline__ void mla_absorb_q_prefetch(const MlaAbsorbQParams& p,
   }
 }
 
+// A warp's partial of 8 latent columns (lane group vsub) after each lane summed its rows (rsub):
+// the four rsub lanes' sums meet (xor 8, then 16) and lane rsub 0 stores the warp's 8 columns at
+// red_warp[8 vsub ..]. Shared by the absorb kernel and the clustered q/kv launch (qkv_absorb.cuh),
+// whose absorbed queries must have the same bits.
+__device__ __forceinline__ void absorb_warp_columns(float (&acc)[8], float* red_warp, int vsub, int rsub) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 8);
+    acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 16);
+  }
+  if (rsub == 0) {
+    *reinterpret_cast<float4*>(red_warp + vsub * 8) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    *reinterpret_cast<float4*>(red_warp + vsub * 8 + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  }
+}
+
 __device__ __forceinline__ void mla_absorb_q_compute(const MlaAbsorbQParams& p, int head, int chunk, int n_begin,
                                                      int n_end, const uint4 (&wv)[kAbsorbEarlyRounds],
                                                      const AbsorbSmem& sm) {
@@ -87,17 +103,7 @@ __device__ __forceinline__ void mla_absorb_q_compute(const MlaAbsorbQParams& p, 
       }
 #pragma unroll
       for (int t = 0; t < kAbsorbPassTokens; ++t) {
-        if (t < pt) {  // block-uniform
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            acc[t][j] += __shfl_xor_sync(0xffffffffu, acc[t][j], 8);
-            acc[t][j] += __shfl_xor_sync(0xffffffffu, acc[t][j], 16);
-          }
-          if (rsub == 0) {
-            *reinterpret_cast<float4*>(&red[warp][t][vsub * 8]) = make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
-            *reinterpret_cast<float4*>(&red[warp][t][vsub * 8 + 4]) = make_float4(acc[t][4], acc[t][5], acc[t][6], acc[t][7]);
-          }
-        }
+        if (t < pt) absorb_warp_columns(acc[t], red[warp][t], vsub, rsub);  // block-uniform
       }
       __syncthreads();
       for (int i = threadIdx.x; i < pt * kAbsorbCols; i += blockDim.x) {

@@ -165,7 +165,8 @@ __device__ __forceinline__ void qkv_absorb_op(const rs::cuda::QkvAbsorbParams& p
   pdl_probe_mark(kProbeStep1);
 
   // Latent columns [64 chunk, +64) of head `head` for chunks rank, rank + C: mla_absorb_q_compute's
-  // arithmetic for one token (each column's sum in the same order whichever block forms it).
+  // arithmetic for one token (each column's sum in the same order whichever block forms it; the
+  // lanes' and warps' sums through the same absorb_warp_columns).
   const int nope = ab.nope, odim = ab.kv_lora + ab.rope;
   __nv_bfloat16* out = ab.out + static_cast<int64_t>(head) * odim;
   if (!producer) {
@@ -185,15 +186,7 @@ __device__ __forceinline__ void qkv_absorb_op(const rs::cuda::QkvAbsorbParams& p
 #pragma unroll
         for (int k = 0; k < 8; ++k) acc[k] += qv * wf[k];
       }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], 8);
-        acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], 16);
-      }
-      if (rsub == 0) {
-        *reinterpret_cast<float4*>(&red[j][warp][vsub * 8]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        *reinterpret_cast<float4*>(&red[j][warp][vsub * 8 + 4]) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-      }
+      rs::cuda::absorb_warp_columns(acc, red[j][warp], vsub, rsub);
     }
   }
   __syncthreads();
