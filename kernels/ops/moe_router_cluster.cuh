@@ -64,6 +64,24 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
     for (int j = 0; j < 8; ++j) g[k][j] = 0.f;
     if (norm.residual && v < vecs) router_norm_weight(norm, v, g[k]);
   }
+  if (p.warm_select && rank == 0 && warp == 0) {
+    // A dry run of the selection on zero logits into shared scratch, outputs discarded: its
+    // instructions reach this SM's instruction caches before the wait instead of after it. Why:
+    // block 0's one-warp selection is the launch's last step, and its SM ran the FFN's code since
+    // the last layer; the wait probe put the selection at ~2.8 us after the cluster barrier
+    // (H200, 2026-12-01). The dry run took the router's advance from 3.97 to 3.84 us a layer and
+    // the step ~0.5% (docs/perf/cuda.md, twentieth session).
+    __shared__ float dry_logits[kRouterMaxExperts];
+    __shared__ int32_t dry_ids[kRouterMaxGroups];
+    __shared__ float dry_weights[kRouterMaxGroups];
+    for (int e = lane; e < p.experts; e += 32) dry_logits[e] = 0.f;
+    __syncwarp();
+    MoeRouterParams dry = p;
+    dry.topk_ids = dry_ids;
+    dry.topk_weights = dry_weights;
+    dry.margins = nullptr;
+    moe_router_select_warp<true>(dry, 0, dry_logits, wscratch);
+  }
   pdl::wait();
   // Right away: the expert launch's blocks then start on the other SMs and copy their first
   // stages during this chain (H200 bf16: 2.056-2.063 ms a step; 2.074-2.091 triggering after the

@@ -36,6 +36,10 @@ static_assert(kern::kXsLateBlocks == kRouterClusterBlocks, "the FFN's late block
 // RS_ROUTER_CLUSTER=0: the 64-block fused router where the cluster one applies (A/B runs);
 // set_router_cluster() switches at run time.
 bool g_router_cluster = kern::env_int("RS_ROUTER_CLUSTER", 1, 0, 1) == 1;
+// The cluster router's dry run of its selection before the wait (moe_router_cluster.cuh); H200,
+// V2-Lite bf16 b1, 2026-12-01: 1.826-1.838 and 1.827-1.829 ms a step against 1.834-1.854 and
+// 1.825-1.847 without (two calls). RS_ROUTER_WARM=0 turns it off (A/B runs).
+const bool g_router_warm = kern::env_int("RS_ROUTER_WARM", 1, 0, 1) == 1;
 template <int V>
 void launch_router_cluster(const LmHeadParams& lg, const MoeRouterParams& p, size_t smem, cudaStream_t stream,
                            const RouterNormIn& norm) {
@@ -66,10 +70,12 @@ void launch_moe_router_fused(const LmHeadParams& lg, const MoeRouterParams& p, i
   const size_t smem = size_t(kRouterWarps) * router_warp_scratch_floats(p.experts) * 4;
   if (allow_cluster && g_router_cluster && moe_router_cluster_fits(p.n, lg.hidden, p.experts, p.n_group, p.top_k)) {
     const RouterNormIn nin = norm ? *norm : RouterNormIn{};
+    MoeRouterParams pc = p;
+    pc.warm_select = g_router_warm;
     switch (router_cluster_vecs(lg.hidden)) {
-      case 1: launch_router_cluster<1>(lg, p, smem, stream, nin); return;
-      case 2: launch_router_cluster<2>(lg, p, smem, stream, nin); return;
-      case 4: launch_router_cluster<4>(lg, p, smem, stream, nin); return;
+      case 1: launch_router_cluster<1>(lg, pc, smem, stream, nin); return;
+      case 2: launch_router_cluster<2>(lg, pc, smem, stream, nin); return;
+      case 4: launch_router_cluster<4>(lg, pc, smem, stream, nin); return;
       default: break;  // 3: the 64-block kernel
     }
   }

@@ -28,6 +28,7 @@ struct MoeRouterParams {
   float* topk_weights = nullptr;     // [n, top_k]
   float* margins = nullptr;          // [n] nullable: smallest gap at this token's group/expert cut
   bool compact_select = true;        // the compact selection where it applies (moe_router.cuh); false: the general path
+  bool warm_select = false;          // cluster router: a dry run of the selection before the wait (moe_router_cluster.cuh)
 };
 void launch_moe_router(const MoeRouterParams& p, cudaStream_t stream);
 
