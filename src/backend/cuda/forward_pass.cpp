@@ -384,8 +384,12 @@ KvWriteParams ForwardPass::kv_write_params(const DeviceLayer& L, __nv_bfloat16* 
   return kw;
 }
 
-MlaAbsorbQParams ForwardPass::absorb_params(const DeviceLayer& L, int nd) const {
+MlaAbsorbQParams ForwardPass::absorb_params(const DeviceLayer& L, int nd, bool rotate) const {
   MlaAbsorbQParams ab;
+  if (rotate) {  // q's rope part rotated in the same launch, at the step's positions
+    ab.positions = positions_d_;
+    ab.rotate = rope_;
+  }
   ab.q = q_.get<__nv_bfloat16>();
   ab.kv_b = L.kv_b_bf16;
   ab.out = qabs_.get<__nv_bfloat16>();
@@ -415,9 +419,7 @@ bool ForwardPass::qkv_absorb(const DeviceLayer& L, int n, int nd, const std::vec
   p.gemv.x = xn_.get<__nv_bfloat16>();
   p.gemv.m = 1;
   set_gemv_norm_prologue(p.gemv, *norm);
-  p.absorb = absorb_params(L, 1);
-  p.absorb.positions = positions_d_;
-  p.absorb.rotate = rope_;
+  p.absorb = absorb_params(L, 1, true);
   RS_OP("add+rmsnorm + q_proj+kv_a + absorb (clusters)");
   return launch_qkv_absorb(p, num_sms_, stream);
 }
@@ -477,10 +479,8 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   const float scale = static_cast<float>(s.softmax_scale());
   if (nd > 0) {  // absorbed MQA over the latent cache
     if (!qkv_absorbed) {  // (else the q/kv launch absorbed q and the attention forms the cache row)
-      MlaAbsorbQParams ab = absorb_params(L, nd);
+      const MlaAbsorbQParams ab = absorb_params(L, nd, rope_in_absorb);
       if (rope_in_absorb) {
-        ab.positions = positions_d_;
-        ab.rotate = rope_;
         RS_OP("mla absorb q + rope + kv_write");
         rec_ ? rec_->absorb_kv(ab, kw) : launch_mla_absorb_q_kv_write(ab, kw, stream);
       } else {

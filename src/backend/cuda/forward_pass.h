@@ -87,7 +87,8 @@ class ForwardPass {
   void attention(int layer, int n, int nd, const std::vector<Prefill>& prefills, cudaStream_t stream);
   // The cache write of n rows and the absorption of nd decode rows (q rotated on the way) for layer L.
   KvWriteParams kv_write_params(const DeviceLayer& L, __nv_bfloat16* cache, int n) const;
-  MlaAbsorbQParams absorb_params(const DeviceLayer& L, int nd) const;
+  // rotate: q's rope part too, at the step's positions.
+  MlaAbsorbQParams absorb_params(const DeviceLayer& L, int nd, bool rotate) const;
   // One decode token's norm + q/kv GEMV + absorption as one launch (qkv_absorb.cuh) where it
   // applies; false: nothing launched.
   bool qkv_absorb(const DeviceLayer& L, int n, int nd, const std::vector<Prefill>& prefills,
