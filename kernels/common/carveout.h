@@ -15,7 +15,11 @@
 //
 // RS_CARVEOUT="family=percent,..." overrides for A/B runs from one binary ("family=driver": the
 // driver's choice). Families: attention1 (the one-wave split attention), attention (absorb, W_UV,
-// the many-block split attention), router, experts, gemv.
+// the many-block split attention), router (the 64-block fused router), router_cluster (the
+// 8-block cluster router; the driver's choice by default), experts (the register expert kernels
+// and the streamed gate_up / one-launch FFN), gemv. Re-swept on the H200 2026-12-01 (V2-Lite b1,
+// twenty-first session): router_cluster=100 and gemv=100 level, attention=100 with attention1=100
+// +2%, every family at 100 +2%: the defaults stay.
 // Host side; set once per (host thread, device, kernel).
 #include <cuda_runtime.h>
 

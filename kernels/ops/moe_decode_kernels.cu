@@ -185,6 +185,7 @@ bool launch_expert_stream_gate_up(const ExpertGemvParams& p, const ExpertStreamG
   const bool smem_ok = allow_dynamic_smem(gate_up, static_cast<int>(g.smem_bytes));  // unrouted: a refusal shows as the launch's error
   // The router's grid-wide count needs every block resident: one an SM, no more than SMs.
   if (kRoute && (!smem_ok || resident_blocks_exact(gate_up, kXsThreads, g.smem_bytes) < 1)) return false;
+  apply_carveout(gate_up, "experts");
   launch_pdl(gate_up, dim3(std::min(sm_count, p.experts.inter)), dim3(kXsThreads), g.smem_bytes, s, p, g, rt);
   return true;
 }
@@ -217,6 +218,7 @@ bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStrea
   auto* ffn = expert_stream_ffn_kernel<kFp8, kRoute>;
   if (!allow_dynamic_smem(ffn, static_cast<int>(g.smem_bytes))) return false;
   if (resident_blocks_exact(ffn, kXsThreads, g.smem_bytes) < 1) return false;  // the grid-wide wait needs one an SM
+  apply_carveout(ffn, "experts");
   launch_pdl(ffn, dim3(grid), dim3(kXsThreads), g.smem_bytes, s, p, g, rt);
   return true;
 }

@@ -5,7 +5,8 @@
 # inside one), then one CUPTI timeline each; the medians last.
 #   tests/gpu/ab_b1.sh BIN_DIR     (rackserve and rackserve_tests, or a bins.tgz holding them)
 # Environment:
-#   VARIANTS  "name:ENV=V,ENV2=V name2:..."  (default "base:RS_NONE=0", the binary's defaults)
+#   VARIANTS  "name:ENV=V,ENV2=V name2:..."  (default "base:RS_NONE=0", the binary's defaults);
+#             a value's own commas written as '+' (RS_CARVEOUT=gemv=100+experts=100)
 #   QUANTS    "bf16 fp8" (default)   ROUNDS 3 (default)   TIMELINE 1 (default) or 0
 #   SUITES    gpu.* suites to run first, e.g. "gpu.cuda gpu.experts" (default none)
 #   OUT       logs (default /tmp/ab-b1)
@@ -32,7 +33,7 @@ for S in ${SUITES:-}; do
   grep -E '^\[gpu|ERROR|FAILED|values:' "$O/tests_$S.log" | grep -v "tiny-v" | head -40
 done
 
-env_of() { echo "${1#*:}" | tr ',' ' '; }
+env_of() { echo "${1#*:}" | tr ',' ' ' | tr '+' ','; }
 quant_args() { [ "$1" = fp8 ] && echo "--quantization fp8"; }
 declare -A MEDIANS
 for _ in $(seq 1 "${ROUNDS:-3}"); do
