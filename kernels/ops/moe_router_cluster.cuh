@@ -32,6 +32,35 @@ __host__ __device__ inline bool router_cluster_supported(int n, int hidden, int 
          (experts / kRouterClusterBlocks) * router_cluster_vecs(hidden) <= kRouterClusterSlots;
 }
 
+// The compact selection of one token from block 0's shared logits, as one out-of-line copy: the
+// dry run before the wait and the real selection after it then execute the same instructions.
+// Inlined (as the selection is everywhere else), each call site is its own copy of the code and
+// the dry run warms only itself. Scalars, not the parameter struct: a struct passed to an
+// out-of-line call would go through local memory on the launch's critical path.
+static __device__ __noinline__ void router_cluster_select_compact(int experts, int top_k, bool normalize,
+                                                                  bool scale_after_normalize, float routed_scaling,
+                                                                  int32_t* ids, float* weights, float* margins, int t,
+                                                                  const float* logits_row) {
+  MoeRouterParams q;
+  q.experts = experts;
+  q.top_k = top_k;
+  q.normalize = normalize;
+  q.scale_after_normalize = scale_after_normalize;
+  q.routed_scaling = routed_scaling;
+  q.topk_ids = ids;
+  q.topk_weights = weights;
+  q.margins = margins;
+  router_select_compact<true>(q, t, logits_row);
+}
+__device__ __forceinline__ void router_cluster_select(const MoeRouterParams& p, int t, const float* logits_row,
+                                                      float* wscratch) {
+  if (p.select_out_of_line && router_compact_ok(p))
+    router_cluster_select_compact(p.experts, p.top_k, p.normalize, p.scale_after_normalize, p.routed_scaling,
+                                  p.topk_ids, p.topk_weights, p.margins, t, logits_row);
+  else
+    moe_router_select_warp<true>(p, t, logits_row, wscratch);
+}
+
 // V = router_cluster_vecs(hidden). Block `rank` of the cluster owns experts [rank*EB, (rank+1)*EB).
 template <int V>
 __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg, const MoeRouterParams& p,
@@ -69,8 +98,10 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
     // instructions reach this SM's instruction caches before the wait instead of after it. Why:
     // block 0's one-warp selection is the launch's last step, and its SM ran the FFN's code since
     // the last layer; the wait probe put the selection at ~2.8 us after the cluster barrier
-    // (H200, 2026-12-01). The dry run took the router's advance from 3.97 to 3.84 us a layer and
-    // the step ~0.5% (docs/perf/cuda.md, twentieth session).
+    // (H200, 2026-12-01). It warms the real selection's instructions only when both calls run
+    // one out-of-line copy (router_cluster_select_compact): so, bf16 b1 1.821-1.834 ms a step
+    // against 1.850-1.864 with the dry run and the selection inlined as two copies, and 1.841-1.866
+    // with no dry run (docs/perf/cuda.md, twenty-first session).
     __shared__ float dry_logits[kRouterMaxExperts];
     __shared__ int32_t dry_ids[kRouterMaxGroups];
     __shared__ float dry_weights[kRouterMaxGroups];
@@ -80,7 +111,7 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
     dry.topk_ids = dry_ids;
     dry.topk_weights = dry_weights;
     dry.margins = nullptr;
-    moe_router_select_warp<true>(dry, 0, dry_logits, wscratch);
+    router_cluster_select(dry, 0, dry_logits, wscratch);
   }
   pdl::wait();
   // Right away: the expert launch's blocks then start on the other SMs and copy their first
@@ -153,7 +184,7 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
   pdl::probe_mark(kern::kProbeStep2);
   if (rank != 0 || warp >= n) return;
   for (int e = lane; e < p.experts; e += 32) lg.logits[static_cast<int64_t>(warp) * lg.vocab + e] = logits_s[warp][e];
-  moe_router_select_warp<true>(p, warp, logits_s[warp], wscratch + warp * router_warp_scratch_floats(p.experts));
+  router_cluster_select(p, warp, logits_s[warp], wscratch + warp * router_warp_scratch_floats(p.experts));
   pdl::probe_mark(kern::kProbeStep3);
 }
 

@@ -36,13 +36,17 @@ static_assert(kern::kXsLateBlocks == kRouterClusterBlocks, "the FFN's late block
 // RS_ROUTER_CLUSTER=0: the 64-block fused router where the cluster one applies (A/B runs);
 // set_router_cluster() switches at run time.
 bool g_router_cluster = kern::env_int("RS_ROUTER_CLUSTER", 1, 0, 1) == 1;
-// The cluster router's dry run of its selection before the wait (moe_router_cluster.cuh); H200,
-// V2-Lite bf16 b1, 2026-12-01: 1.826-1.838 and 1.827-1.829 ms a step against 1.834-1.854 and
-// 1.825-1.847 without (two calls). RS_ROUTER_WARM=0 turns it off (A/B runs).
+// The cluster router's dry run of its selection before the wait, and that selection as one
+// out-of-line function so that the dry run warms the instructions the real one runs
+// (moe_router_cluster.cuh); H200, V2-Lite bf16 b1, 2026-12-01: 1.821-1.834 ms a step against
+// 1.850-1.864 with two inlined copies and 1.841-1.866 without the dry run (one call; ~1% in a
+// second). RS_ROUTER_WARM=0 / RS_ROUTER_SELECT_CALL=0 turn them off (A/B runs).
 const bool g_router_warm = kern::env_int("RS_ROUTER_WARM", 1, 0, 1) == 1;
+const bool g_router_select_call = kern::env_int("RS_ROUTER_SELECT_CALL", 1, 0, 1) == 1;
 template <int V>
 void launch_router_cluster(const LmHeadParams& lg, const MoeRouterParams& p, size_t smem, cudaStream_t stream,
                            const RouterNormIn& norm) {
+  kern::apply_carveout(moe_router_cluster_kernel<V>, "router_cluster");
   (void)kern::launch_with_pdl(moe_router_cluster_kernel<V>, dim3(kRouterClusterBlocks), dim3(kRouterThreads),
                               kRouterClusterBlocks, smem, stream, kern::matmul_pdl(), lg, p, norm);
 }
@@ -72,6 +76,7 @@ void launch_moe_router_fused(const LmHeadParams& lg, const MoeRouterParams& p, i
     const RouterNormIn nin = norm ? *norm : RouterNormIn{};
     MoeRouterParams pc = p;
     pc.warm_select = g_router_warm;
+    pc.select_out_of_line = g_router_select_call;
     switch (router_cluster_vecs(lg.hidden)) {
       case 1: launch_router_cluster<1>(lg, pc, smem, stream, nin); return;
       case 2: launch_router_cluster<2>(lg, pc, smem, stream, nin); return;

@@ -29,6 +29,7 @@ struct MoeRouterParams {
   float* margins = nullptr;          // [n] nullable: smallest gap at this token's group/expert cut
   bool compact_select = true;        // the compact selection where it applies (moe_router.cuh); false: the general path
   bool warm_select = false;          // cluster router: a dry run of the selection before the wait (moe_router_cluster.cuh)
+  bool select_out_of_line = false;   // cluster router: the compact selection as one out-of-line copy (moe_router_cluster.cuh)
 };
 void launch_moe_router(const MoeRouterParams& p, cudaStream_t stream);
 
