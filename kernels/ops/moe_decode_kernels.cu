@@ -261,9 +261,11 @@ void small_typed(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
 
 // One token's router inside the streamed expert launch (expert_stream_route.cuh), in the whole
 // FFN's launch where it is taken, else the streamed gate_up's (then the register down). Modes
-// (set_route_in_experts, environment RS_ROUTE_IN_EXPERTS): 0 off, 1 FP8 experts only
-// (default), 2 bf16 and FP8.
-int g_route_in_experts = env_int("RS_ROUTE_IN_EXPERTS", 1, 0, 2);
+// (set_route_in_experts, environment RS_ROUTE_IN_EXPERTS): 0 off (default), 1 FP8 experts only,
+// 2 bf16 and FP8. Off since the cluster router's selection runs warm (its dry run through one
+// out-of-line copy): FP8 b1 then measured ~1% faster behind the cluster router than with the
+// router in its gate_up launch (H200 V2-Lite, docs/perf/cuda.md, twenty-second session).
+int g_route_in_experts = env_int("RS_ROUTE_IN_EXPERTS", 0, 0, 2);
 
 template <bool kFp8>
 bool routed_one_token(const ExpertGemvParams& p, const ExpertRouteParams& rt, int sm_count, cudaStream_t s) {

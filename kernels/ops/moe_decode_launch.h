@@ -24,8 +24,8 @@ void launch_expert_decode_small(const ExpertGemvParams& p, bool fp8, int sm_coun
 // be resident: the caller launches the router and the experts as before.
 bool launch_expert_decode_routed(const ExpertGemvParams& p, const ExpertRouteParams& rt, bool fp8, int sm_count,
                                  cudaStream_t stream);
-// Which experts launch_expert_decode_routed() takes: mode 0 none, 1 FP8 only (the default;
-// environment RS_ROUTE_IN_EXPERTS starts another), 2 bf16 and FP8.
+// Which experts launch_expert_decode_routed() takes: mode 0 none (the default; environment
+// RS_ROUTE_IN_EXPERTS starts another), 1 FP8 only, 2 bf16 and FP8.
 void set_route_in_experts(int mode);
 int route_in_experts();
 

@@ -638,8 +638,9 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     nin.out = xn_.get<__nv_bfloat16>();
     nin.eps = static_cast<float>(s.rms_norm_eps);
   }
-  // One token: the router inside the experts' streamed launch where it takes them
-  // (kernels/ops/expert_stream_route.cuh); the same bits as the two launches below.
+  // One token: the router inside the experts' streamed launch where that is switched on and takes
+  // them (kernels/ops/expert_stream_route.cuh, RS_ROUTE_IN_EXPERTS; off by default: behind the
+  // cluster router both weight types measured faster); the same bits as the two launches below.
   bool routed_in = false;
   if (attn_delta && n == 1 && !rec_) {
     RS_OP("add+rmsnorm + router + moe_experts (one launch)");
