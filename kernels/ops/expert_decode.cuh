@@ -102,6 +102,36 @@ __device__ __forceinline__ void stage_f16(const __nv_bfloat16* x, int n, int e, 
     *reinterpret_cast<uint4*>(xs + i) = bf16x8_to_f16_scaled(ld_x16<kCoherent>(x + i), e);
 }
 
+// The FP8 down's h staging in one pass where a slot's h has at most 256 * kDownStageChunks
+// elements (V2-Lite 1408, V3 2048). RS_DOWN_STAGE_ONEPASS, a build-time switch (-D...=0) for A/B
+// runs of two binaries.
+#ifndef RS_DOWN_STAGE_ONEPASS
+#define RS_DOWN_STAGE_ONEPASS 1
+#endif
+constexpr bool kDownStageOnePass = RS_DOWN_STAGE_ONEPASS != 0;
+constexpr int kDownStageChunks = 8;
+
+// One warp's staging of n bf16 (n <= 256 * kChunks) as f16 scaled by its own 2^-e (returned):
+// every 16-byte load issued before the first is used, so the staging costs one trip to L2. The
+// loop of stage_f16 after amax_bf16 waits for each load before it issues the next, one trip per
+// 256 elements. The same loads, maximum and conversions: the same bits.
+template <int kChunks>
+__device__ __forceinline__ int stage_f16_warp(const __nv_bfloat16* x, int n, __half* xs, int lane) {
+  uint4 v[kChunks];
+  float m = 0.f;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k)
+    if ((lane + 32 * k) * 8 < n) v[k] = ld_x16<false>(x + (lane + 32 * k) * 8);
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k)
+    if ((lane + 32 * k) * 8 < n) m = bf16x8_amax(v[k], m);
+  const int e = f16_stage_exponent(rs::cuda::warp_max(m));
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k)
+    if ((lane + 32 * k) * 8 < n) *reinterpret_cast<uint4*>(xs + (lane + 32 * k) * 8) = bf16x8_to_f16_scaled(v[k], e);
+  return e;
+}
+
 template <bool kCoherent = false>
 __device__ __forceinline__ float amax_bf16(const __nv_bfloat16* x, int n, int tid, int threads) {
   float m = 0.f;
@@ -237,8 +267,13 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
   if constexpr (kF16) {
     for (int s = warp; s < slots; s += kGemvWarps) {
       const __nv_bfloat16* h = p.h + static_cast<int64_t>(s) * inter;
-      const int e = f16_stage_exponent(rs::cuda::warp_max(amax_bf16(h, inter, lane, 32)));
-      stage_f16(h, inter, e, hh + static_cast<int64_t>(s) * inter, lane, 32);
+      int e;
+      if (kDownStageOnePass && inter <= 256 * kDownStageChunks) {
+        e = stage_f16_warp<kDownStageChunks>(h, inter, hh + static_cast<int64_t>(s) * inter, lane);
+      } else {
+        e = f16_stage_exponent(rs::cuda::warp_max(amax_bf16(h, inter, lane, 32)));
+        stage_f16(h, inter, e, hh + static_cast<int64_t>(s) * inter, lane, 32);
+      }
       if (lane == 0) h_scale[s] = ldexpf(1.f, e);
     }
     __syncwarp();
