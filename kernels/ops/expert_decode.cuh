@@ -102,13 +102,8 @@ __device__ __forceinline__ void stage_f16(const __nv_bfloat16* x, int n, int e, 
     *reinterpret_cast<uint4*>(xs + i) = bf16x8_to_f16_scaled(ld_x16<kCoherent>(x + i), e);
 }
 
-// The FP8 down's h staging in one pass where a slot's h has at most 256 * kDownStageChunks
-// elements (V2-Lite 1408, V3 2048). RS_DOWN_STAGE_ONEPASS, a build-time switch (-D...=0) for A/B
-// runs of two binaries.
-#ifndef RS_DOWN_STAGE_ONEPASS
-#define RS_DOWN_STAGE_ONEPASS 1
-#endif
-constexpr bool kDownStageOnePass = RS_DOWN_STAGE_ONEPASS != 0;
+// The FP8 down stages a slot's h in one pass up to 256 * kDownStageChunks elements (V2-Lite 1408,
+// V3 2048), wider ones in two.
 constexpr int kDownStageChunks = 8;
 
 // One warp's staging of n bf16 (n <= 256 * kChunks) as f16 scaled by its own 2^-e (returned):
@@ -127,8 +122,10 @@ __device__ __forceinline__ int stage_f16_warp(const __nv_bfloat16* x, int n, __h
     if ((lane + 32 * k) * 8 < n) m = bf16x8_amax(v[k], m);
   const int e = f16_stage_exponent(rs::cuda::warp_max(m));
 #pragma unroll
-  for (int k = 0; k < kChunks; ++k)
-    if ((lane + 32 * k) * 8 < n) *reinterpret_cast<uint4*>(xs + (lane + 32 * k) * 8) = bf16x8_to_f16_scaled(v[k], e);
+  for (int k = 0; k < kChunks; ++k) {
+    const int i = (lane + 32 * k) * 8;
+    if (i < n) *reinterpret_cast<uint4*>(xs + i) = bf16x8_to_f16_scaled(v[k], e);
+  }
   return e;
 }
 
@@ -268,7 +265,7 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
     for (int s = warp; s < slots; s += kGemvWarps) {
       const __nv_bfloat16* h = p.h + static_cast<int64_t>(s) * inter;
       int e;
-      if (kDownStageOnePass && inter <= 256 * kDownStageChunks) {
+      if (inter <= 256 * kDownStageChunks) {
         e = stage_f16_warp<kDownStageChunks>(h, inter, hh + static_cast<int64_t>(s) * inter, lane);
       } else {
         e = f16_stage_exponent(rs::cuda::warp_max(amax_bf16(h, inter, lane, 32)));
