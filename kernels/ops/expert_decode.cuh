@@ -29,6 +29,8 @@
 #include <cstdint>
 
 #include "kernels/common/bf16_fp8.cuh"
+#include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/mma_ptx.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/ops/gemv.cuh"
 #include "kernels/ops/gemv_experts.cuh"
@@ -136,27 +138,35 @@ __device__ __forceinline__ float amax_bf16(const __nv_bfloat16* x, int n, int ti
   return m;
 }
 
+// One batch of fp8_rows_dot_f16 (chunks [c0, c0 + 32 U) below nchunks) from weights and scales
+// already in registers.
+template <int R, int U>
+__device__ __forceinline__ void fp8_rows_dot_f16_batch(const uint4 (&w)[R][U], const float (&s)[R][U], const __half* xs,
+                                                       int64_t c0, int64_t nchunks, float (&part)[R]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t c = c0 + u * 32 + lane;
+    if (c >= nchunks) continue;
+    const uint4 x0 = *reinterpret_cast<const uint4*>(xs + c * 16);
+    const uint4 x1 = *reinterpret_cast<const uint4*>(xs + c * 16 + 8);
+#pragma unroll
+    for (int r = 0; r < R; ++r) part[r] = fmaf(s[r][u], dot16_e4m3_f16(w[r][u], x0, x1), part[r]);
+  }
+}
+
 // part[r] += this lane's share of dot(row r, x) over all nchunks 16-element chunks, x as staged
 // f16 in shared memory; FP8 block scales applied per chunk (a chunk never straddles a block).
 template <int R, int U>
 __device__ __forceinline__ void fp8_rows_dot_f16(const WeightRow (&rows)[R], const __half* xs, int64_t nchunks,
                                                  int block_cols, float (&part)[R]) {
-  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < R; ++r) part[r] = 0.f;
   for (int64_t c0 = 0; c0 < nchunks; c0 += 32 * U) {
     uint4 w[R][U];
     float s[R][U];
     load_weight_batch<true, R, U>(rows, c0, nchunks, block_cols, w, s);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + u * 32 + lane;
-      if (c >= nchunks) continue;
-      const uint4 x0 = *reinterpret_cast<const uint4*>(xs + c * 16);
-      const uint4 x1 = *reinterpret_cast<const uint4*>(xs + c * 16 + 8);
-#pragma unroll
-      for (int r = 0; r < R; ++r) part[r] = fmaf(s[r][u], dot16_e4m3_f16(w[r][u], x0, x1), part[r]);
-    }
+    fp8_rows_dot_f16_batch<R, U>(w, s, xs, c0, nchunks, part);
   }
 }
 
@@ -330,6 +340,205 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
     __syncthreads();
     if (rg == wg.index) pdl_probe_mark(kProbeStep2);  // the block's first row group
   }
+  pdl_probe_mark(kProbeMainDone);
+}
+
+// The lane value v of the lead whose rank is a_want (fallback if none).
+template <typename T>
+__device__ __forceinline__ T from_rank(T v, int a, int a_want, T fallback) {
+  const unsigned hit = __ballot_sync(0xffffffffu, a == a_want);
+  return hit ? __shfl_sync(0xffffffffu, v, __ffs(hit) - 1) : fallback;
+}
+
+// cp.async.wait_group for a run-time count: at most n of this thread's commit groups still in
+// flight (an immediate operand; above 4 it waits for more than needed).
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  switch (n < 0 ? 0 : n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+  }
+}
+
+// Shared memory of fp8_down_one_token_spec_op for `rounds` copied row-group rounds: the staged h
+// (16-byte aligned), then per (round, warp) DR rows of nchunks 16-byte chunks, then per (round,
+// warp) the rows' one scale row (scale_cols floats, padded to 4; a round whose DR rows straddle
+// two scale blocks is not copied).
+struct Fp8DownSpecSmem {
+  int64_t h_bytes, chunk_words, scale_floats;  // h bytes; per (round, warp): uint4 chunks, scales
+  __host__ __device__ Fp8DownSpecSmem(int slots, int inter, int dr) {
+    h_bytes = (int64_t(slots) * inter * 2 + 15) / 16 * 16;
+    chunk_words = int64_t(dr) * (inter / 16);
+    scale_floats = ((inter + 127) / 128 + 3) / 4 * 4;
+  }
+  __host__ __device__ int64_t bytes(int rounds, int warps) const {
+    return h_bytes + int64_t(rounds) * warps * (chunk_words * 16 + scale_floats * 4);
+  }
+};
+
+constexpr int kDownSpecMaxRounds = 4;  // row-group rounds a block copies before its wait, at most
+
+// FP8 down for one token with f16 h (the kF16 case of fused_down_op; compact routing, top_k <= 32,
+// a row in one weight batch: inter <= 32 U * 16), its weights copied into
+// shared memory before griddepcontrol.wait on a guess of the routing.
+// Why: this launch's blocks become resident only as the streamed gate_up's blocks leave (its ring
+// fills the SM), and fused_down_op then spent two L2 trips (routing, then h) before its first
+// weight load, and its two row groups' DRAM trips after them (the thirteenth session's wait
+// probe: h ready ~4.6 us after the release, then two ~5 us bursts). Here each warp reads the
+// routing before the wait (the router ran two launches earlier: all but always complete by
+// then) and copies its first slot's rows of the first `rounds` row groups, with their block
+// scales, into shared memory; at V2-Lite's shape that is the whole launch's weights (23 MB over
+// 264 blocks, 113 KB a block), in flight while the gate_up drains. The rows go by bulk copies
+// (one instruction a row, completing on an mbarrier): per-thread cp.async of the same rows gained
+// about half as much (H200 V2-Lite FP8 step -1.2% against -2.1%, each against fused_down_op).
+// After the wait it reads the routing again, with its h, in one trip, and uses a copy only where
+// the expert matches, else loads from global memory: a stale guess costs time, never a wrong
+// result. Each warp finds its own slots' experts and weights (one_token_leads) and stages only
+// its own slots' h, so no barrier before the dots. The same loads, dots and reduction order as
+// fused_down_op: the same bits. miss_guess (tests): guess the next slot's expert, and none for
+// shared slots, so every copied row group takes the reload path.
+template <int U, int DR>
+__device__ __forceinline__ void fp8_down_one_token_spec_op(const ExpertGemvParams& p, float* red, WorkGrid wg,
+                                                           uint8_t* smem, int rounds, bool miss_guess = false) {
+  __shared__ uint64_t bars[kGemvWarps][kDownSpecMaxRounds];  // warp's round q landed
+  constexpr int E = chunk_elems<true>();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const int inter = p.experts.inter, hidden = p.experts.hidden, ns = p.experts.n_shared;
+  const int k = p.top_k, nE = p.experts.num_experts;
+  const int64_t groups = (hidden + DR - 1) / DR;
+  const int nchunks = inter / E;
+  const int max_slots = ns + min(nE, k);  // h rows the gate_up wrote at most
+  const Fp8DownSpecSmem lay(max_slots, inter, DR);
+  __half* hh = reinterpret_cast<__half*>(smem);
+  uint4* wsm = reinterpret_cast<uint4*>(smem + lay.h_bytes);  // [round][warp][r][chunk]
+  float* ssm = reinterpret_cast<float*>(wsm + int64_t(rounds) * kGemvWarps * lay.chunk_words);  // [round][warp][col]
+  pdl_launch_dependents();
+  int spec = -1;  // expert whose rows the copies hold
+  if (warp < max_slots) {
+    if (warp < ns) {
+      spec = miss_guess ? -1 : nE + warp;
+    } else {
+      int e = lane < k ? __ldcg(p.topk_ids + lane) : -1, a;
+      float w;
+      one_token_leads(e, 0.f, k, nE, a, w);
+      spec = from_rank(e, a, warp - ns + (miss_guess ? 1 : 0), -1);
+    }
+  }
+  const rs::cuda::DeviceMatrix dspec = expert_matrix(p.experts, spec >= 0 ? spec : 0, kPartDown);
+  const int scale_cols = (inter + dspec.block_cols - 1) / dspec.block_cols;
+  if (scale_cols > lay.scale_floats) spec = -1;  // blocks narrower than 128 columns: no copies
+  uint32_t copied = 0;  // bit q: round q's rows are in shared memory
+  if (spec >= 0) {
+    const rs::cuda::DeviceMatrix& d = dspec;
+    if (lane == 0) {
+      for (int q = 0; q < rounds; ++q) mbar_init(&bars[warp][q], 1u);
+      mbar_fence_init();
+    }
+    __syncwarp();
+    const uint64_t policy = l2_evict_first();
+    const uint32_t row_bytes = static_cast<uint32_t>(nchunks) * 16u;
+    for (int q = 0; q < rounds; ++q) {  // one commit group a round (the scales), empty or not
+      const int64_t rg = wg.index + int64_t(q) * wg.count;
+      uint4* dst = wsm + (int64_t(q) * kGemvWarps + warp) * lay.chunk_words;
+      const int64_t last = min(rg * DR + DR, d.rows) - 1;
+      // Lane r < DR copies row r: present rows, 16-byte aligned (a bulk copy's rule).
+      const WeightRow row = lane < DR ? weight_row(d, rg * DR + lane, true) : WeightRow{};
+      const bool misaligned = __any_sync(0xffffffffu, (reinterpret_cast<uintptr_t>(row.data) & 15u) != 0u);
+      if (rg >= groups || misaligned || fp8_block_div(rg * DR, d.block_rows) != fp8_block_div(last, d.block_rows)) {
+        rs::ptx::cp_async_commit();
+        continue;
+      }
+      copied |= 1u << q;
+      const uint32_t rows_present = static_cast<uint32_t>(last - rg * DR + 1);
+      if (lane == 0) mbar_arrive_expect_tx(&bars[warp][q], rows_present * row_bytes);
+      if (lane < DR && row.data) bulk_copy_g2s(dst + lane * nchunks, row.data, row_bytes, &bars[warp][q], policy);
+      const float* scale_row = weight_row(d, rg * DR, true).scale;
+      float* sdst = ssm + (int64_t(q) * kGemvWarps + warp) * lay.scale_floats;
+      for (int c = lane; c < scale_cols; c += 32)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(rs::ptx::smem_addr(sdst + c)), "l"(scale_row + c));
+      rs::ptx::cp_async_commit();
+    }
+  }
+  pdl_wait();  // routing from the router, h from the gate_up kernel
+  pdl_probe_mark(kProbeStep1);
+  int id = lane < k ? __ldcg(p.topk_ids + lane) : -1;
+  const float wt = lane < k ? __ldcg(p.topk_weights + lane) : 0.f;
+  __shared__ float h_scale[kMaxSharedSlots + kMaxTopK];
+  for (int s = warp; s < max_slots; s += kGemvWarps) {
+    const __nv_bfloat16* h = p.h + static_cast<int64_t>(s) * inter;
+    const int e = stage_f16_warp<kDownStageChunks>(h, inter, hh + static_cast<int64_t>(s) * inter, lane);
+    if (lane == 0) h_scale[s] = ldexpf(1.f, e);
+  }
+  int a;
+  float lead_w;
+  const int slots = ns + __popc(one_token_leads(id, wt, k, nE, a, lead_w));
+  __syncwarp();  // the staging
+  pdl_probe_mark(kProbeInputReady);
+  for (int64_t rg = wg.index, q = 0; rg < groups; rg += wg.count, ++q) {  // uniform over the block
+    float acc[DR];
+#pragma unroll
+    for (int r = 0; r < DR; ++r) acc[r] = 0.f;
+#pragma unroll 1
+    for (int s = warp; s < slots; s += kGemvWarps) {
+      const int e = s < ns ? nE + s : from_rank(id, a, s - ns, -1);
+      const float slot_w = s < ns ? 1.f : from_rank(lead_w, a, s - ns, 0.f);
+      const rs::cuda::DeviceMatrix d = expert_matrix(p.experts, e, kPartDown);
+      const __half* hs = hh + static_cast<int64_t>(s) * inter;
+      float pr[DR];
+#pragma unroll
+      for (int r = 0; r < DR; ++r) pr[r] = 0.f;
+      if (s == warp && q < rounds && (copied >> q & 1u) && e == spec) {
+        cp_async_wait_upto(rounds - 1 - static_cast<int>(q));  // this round's scales; later rounds may fly
+        __syncwarp();  // every lane's (a lane reads other lanes' scales)
+        mbar_wait(&bars[warp][q], 0u, "fp8 down rows");
+        const uint4* src = wsm + (q * kGemvWarps + warp) * lay.chunk_words;
+        const float* ssrc = ssm + (q * kGemvWarps + warp) * lay.scale_floats;
+        uint4 w[DR][U];
+        float sc[DR][U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int c = u * 32 + lane;
+          const float scale = c < nchunks ? ssrc[fp8_scale_col(c, d.block_cols)] : 0.f;
+#pragma unroll
+          for (int r = 0; r < DR; ++r) {
+            w[r][u] = c < nchunks ? src[r * nchunks + c] : make_uint4(0, 0, 0, 0);
+            sc[r][u] = scale;
+          }
+        }
+        fp8_rows_dot_f16_batch<DR, U>(w, sc, hs, 0, nchunks, pr);
+      } else {
+        WeightRow rows[DR];
+#pragma unroll
+        for (int r = 0; r < DR; ++r) rows[r] = weight_row(d, rg * DR + r, true);
+        fp8_rows_dot_f16<DR, U>(rows, hs, nchunks, d.block_cols, pr);
+      }
+      // The routing weight is linear in the dot product: lanes apply it before the reduction.
+      const float wt_s = h_scale[s] * slot_w;
+#pragma unroll
+      for (int r = 0; r < DR; ++r) acc[r] = fmaf(wt_s, pr[r], acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < DR; ++r) {
+      const float v = warp_sum(acc[r]);
+      if (lane == 0) red[warp * DR + r] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < DR) {
+      const int r = threadIdx.x;
+      float v = 0.f;
+      for (int w = 0; w < kGemvWarps; ++w) v += red[w * DR + r];  // fixed order
+      const int64_t row = rg * DR + r;
+      if (row < hidden) p.out[row] = __float2bfloat16_rn(v);
+    }
+    __syncthreads();
+    if (rg == wg.index) pdl_probe_mark(kProbeStep2);
+  }
+  // Copies of a wrong guess: none may land in this block's shared memory after it exits.
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  for (int q = 0; q < rounds; ++q)
+    if (copied >> q & 1u) mbar_wait(&bars[warp][q], 0u, "fp8 down rows at exit");
   pdl_probe_mark(kProbeMainDone);
 }
 

@@ -75,6 +75,34 @@ struct SmallRouting {
   float weight[kExpertGemvMaxTokens][kMaxActiveSmall];
 };
 
+// One token's routing in one warp's registers: lane < k holds id e and weight wt (ids outside
+// [0, E) select nothing: e becomes -1); a lane leads its expert if no lower lane holds the same
+// id; active slot a is the lead with a leads of lower ids before it; a slot's weight sums its
+// id's weights in lane order. Returns the leads' mask, and in a / w this lane's slot (-1 for
+// non-leads) and summed weight.
+__device__ __forceinline__ unsigned one_token_leads(int& e, float wt, int k, int E, int& a, float& w) {
+  const int lane = threadIdx.x & 31;
+  if (lane >= k || e < 0 || e >= E) e = -1;
+  w = 0.f;
+  bool lead = e >= 0;
+  for (int j = 0; j < k; ++j) {  // every lane the same trips: the shuffles stay converged
+    const int ej = __shfl_sync(0xffffffffu, e, j);
+    const float wj = __shfl_sync(0xffffffffu, wt, j);
+    if (ej == e) {
+      w += wj;
+      if (j < lane) lead = false;
+    }
+  }
+  const unsigned leads = __ballot_sync(0xffffffffu, lead);
+  a = 0;
+  for (int j = 0; j < k; ++j) {
+    const int ej = __shfl_sync(0xffffffffu, e, j);
+    if (((leads >> j) & 1u) && ej < e) ++a;
+  }
+  if (!lead) a = -1;
+  return leads;
+}
+
 // One token, top_k <= 32: the same routing from warp 0's shuffles and ballots, with one barrier
 // instead of three and no shared-memory atomics. Why: the one-token expert launches find the
 // routing on their critical path, before the routed experts' copies can start (the fourteenth
@@ -87,36 +115,18 @@ __device__ __forceinline__ void small_routing_one(const ExpertGemvParams& p, Sma
                                                   const float* weights) {
   const int lane = threadIdx.x & 31;
   if (kWarp || threadIdx.x < 32) {
-    const int k = p.top_k, E = p.experts.num_experts;
-    int e = -1;
-    float wt = 0.f;
-    if (lane < k) {  // plain loads, as below
-      e = ids[lane];
-      wt = weights[lane];
-      if (e < 0 || e >= E) e = -1;
-    }
+    const int k = p.top_k;
+    int e = lane < k ? ids[lane] : -1;  // plain loads, as below
+    const float wt = lane < k ? weights[lane] : 0.f;
     for (int i = lane; i < kMaxActiveSmall; i += 32) {  // one token: readers see weight row 0 only
       sr.tokens[i] = 0u;
       sr.weight[0][i] = 0.f;
     }
-    float w = 0.f;
-    int a = 0;
-    bool lead = e >= 0;
-    for (int j = 0; j < k; ++j) {  // every lane the same trips: the shuffles stay converged
-      const int ej = __shfl_sync(0xffffffffu, e, j);
-      const float wj = __shfl_sync(0xffffffffu, wt, j);
-      if (ej == e) {
-        w += wj;
-        if (j < lane) lead = false;
-      }
-    }
-    const unsigned leads = __ballot_sync(0xffffffffu, lead);
-    for (int j = 0; j < k; ++j) {
-      const int ej = __shfl_sync(0xffffffffu, e, j);
-      if (((leads >> j) & 1u) && ej < e) ++a;
-    }
+    int a;
+    float w;
+    const unsigned leads = one_token_leads(e, wt, k, p.experts.num_experts, a, w);
     __syncwarp();  // the zeroing above before the entries below
-    if (lead) {
+    if (a >= 0) {
       sr.expert[a] = e;
       sr.tokens[a] = 1u;
       sr.weight[0][a] = w;

@@ -5,6 +5,9 @@
 // before it first reads anything a predecessor may have written (activations, routing,
 // workspaces) or writes anything. Weights are constant during a step, so they may be streamed in
 // before the wait: that overlaps a kernel's weight traffic with the tail of the previous kernel.
+// One exception reads a predecessor's output before the wait on speculation only: one FP8 token's
+// down (expert_decode.cuh, fp8_down_one_token_spec_op) guesses its experts from the routing
+// before the wait and checks the guess against a read after it.
 // wait() returns once every prerequisite grid has completed and its memory is visible; without
 // the launch attribute both instructions are no-ops. The device side is kernels/common/pdl.cuh's
 // (which also says what they become inside the decode megakernel); these are its names here.

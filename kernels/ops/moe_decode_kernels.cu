@@ -48,6 +48,20 @@ __global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>()) expert_d
   pdl_probe_mark(kProbeEnd);
 }
 
+template <int U, int DR>
+__global__ void __launch_bounds__(kGemvThreads, 2) expert_decode_down_spec_kernel(ExpertGemvParams p, int rounds,
+                                                                                  bool miss_guess) {
+  __shared__ float red[kGemvWarps * DR];
+  extern __shared__ __align__(16) uint8_t spec_smem[];
+  fp8_down_one_token_spec_op<U, DR>(p, red, launch_work_grid(), spec_smem, rounds, miss_guess);
+  pdl_probe_mark(kProbeEnd);
+}
+
+// One FP8 token's down (set_down_spec): 1 fp8_down_one_token_spec_op (default), 0 fused_down_op,
+// which finds the routing after its wait (RS_DOWN_SPEC=0 for A/B runs from one binary), 2 the
+// speculative op guessing wrong (tests).
+int g_down_spec = env_int("RS_DOWN_SPEC", 1, 0, 2);
+
 // The one-token streaming launches' grid-wide wait counters (expert_stream_ffn.cuh): zero at
 // module load, zeroed again by every launch. A device global is per device, so tensor-parallel
 // ranks have their own.
@@ -111,6 +125,32 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsi
     const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(blocks, int64_t(sm_count) * occ)));
     apply_carveout(gate_up, "experts");
     launch_pdl(gate_up, dim3(grid), dim3(kGemvThreads), smem_gu, s, p);
+  }
+  if constexpr (kFp8 && kF16 && MT == 1) {
+    // One token, every row in one weight batch, every slot's h in one staging pass.
+    const int64_t nchunks = p.experts.inter / chunk_elems<true>();
+    if ((which & 2u) && g_down_spec && p.m == 1 && p.compact_routing && p.top_k <= 32 && nchunks <= 32 * UD &&
+        p.experts.inter <= 256 * kDownStageChunks) {
+      // Two blocks an SM, as the register down; as many of a block's row-group rounds copied
+      // before the wait as their shared memory allows (V2-Lite: both).
+      auto* spec = expert_decode_down_spec_kernel<UD, DR>;
+      const int64_t groups = (p.experts.hidden + DR - 1) / DR;
+      const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(sm_count) * 2)));
+      const Fp8DownSpecSmem lay(p.experts.n_shared + std::min(p.experts.num_experts, p.top_k), p.experts.inter, DR);
+      static const int max_rounds = env_int("RS_DOWN_SPEC_ROUNDS", kDownSpecMaxRounds, 1, kDownSpecMaxRounds);
+      int rounds = static_cast<int>(std::min<int64_t>(max_rounds, (groups + grid - 1) / grid));
+      auto fits = [&](int r) {
+        const size_t b = static_cast<size_t>(lay.bytes(r, kGemvWarps));
+        return allow_dynamic_smem(spec, static_cast<int>(b)) && resident_blocks_per_sm(spec, kGemvThreads, b) >= 2;
+      };
+      while (rounds > 1 && !fits(rounds)) --rounds;
+      if (fits(rounds)) {
+        const size_t smem_spec = static_cast<size_t>(lay.bytes(rounds, kGemvWarps));
+        apply_carveout(spec, "experts");
+        launch_pdl(spec, dim3(grid), dim3(kGemvThreads), smem_spec, s, p, rounds, g_down_spec == 2);
+        which &= ~2u;
+      }
+    }
   }
   if (which & 2u) {
     (void)allow_dynamic_smem(down, static_cast<int>(smem_d));
@@ -303,6 +343,8 @@ int route_in_experts() { return g_route_in_experts; }
 void set_expert_decode(bool on) { g_expert_decode = on; }
 void set_expert_stream(bool on) { g_expert_stream = on; }
 void set_expert_ffn(int mode) { g_expert_ffn = mode; }
+void set_down_spec(int mode) { g_down_spec = mode; }
+int down_spec() { return g_down_spec; }
 int expert_ffn() { return g_expert_ffn; }
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k) {
   ExpertStreamGeom g;

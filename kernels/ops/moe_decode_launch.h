@@ -46,6 +46,12 @@ void set_expert_stream(bool on);
 // register down kernel.
 void set_expert_ffn(int mode);
 int expert_ffn();
+// One FP8 token's register down (kernels/ops/expert_decode.cuh): mode 1 reads the routing on
+// speculation before its wait (fp8_down_one_token_spec_op; the default, environment RS_DOWN_SPEC
+// starts another), 0 after it (fused_down_op), 2 speculates wrong on purpose (tests: the reload
+// path). The same bits in every mode.
+void set_down_spec(int mode);
+int down_spec();
 // Whether moe_experts() runs m tokens of `experts` (its shared experts folded in as set) with the
 // streaming gate_up: the forward pass picks the router in front of it by this.
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k);

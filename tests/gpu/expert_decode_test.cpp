@@ -318,8 +318,8 @@ TEST_CASE("few-token expert kernels replay from a CUDA graph with changing routi
     }
 }
 
-// One token through the three paths: the whole FFN in one streaming launch
-// (expert_stream_ffn.cuh), the streamed gate_up with the register down, and both register
+// One token through the paths: the whole FFN in one streaming launch (expert_stream_ffn.cuh),
+// the streamed gate_up with the register down (FP8: its three routing modes), and both register
 // kernels: the same bits, and at the fp64 reference; with 0-2 shared experts, rows that fill no
 // stage evenly, an invalid routed id (its slot gets no bytes), and the V2-Lite shape. `calls`
 // calls in a row with new routing and x each (the FFN's grid-wide counters reset every launch).
@@ -340,10 +340,14 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
     x.upload(xh);
     dids.upload(ids);
     dw.upload(w);
-    std::vector<uint16_t> got[3];
-    for (int path = 0; path < 3; ++path) {  // whole FFN streamed, streamed gate_up, register kernels
-      rs::kern::set_expert_stream(path < 2);
+    // Whole FFN streamed, streamed gate_up (then the register down: FP8 one token with its
+    // routing read on speculation, right, wrong, and after the wait), register kernels.
+    std::vector<uint16_t> got[5];
+    const int spec_mode = rs::kern::down_spec();
+    for (int path = 0; path < 5; ++path) {
+      rs::kern::set_expert_stream(path < 4);
       rs::kern::set_expert_ffn(path == 0 ? 2 : 0);
+      rs::kern::set_down_spec(path == 2 ? 2 : path == 3 ? 0 : 1);
       out.poison();
       rs::cuda::moe_experts(f.experts, reinterpret_cast<const __nv_bfloat16*>(x.ptr), 1, sh.top_k, dids.ptr, dw.ptr,
                             reinterpret_cast<__nv_bfloat16*>(out.ptr), {ws.ptr, ws_bytes}, nullptr);
@@ -352,6 +356,7 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
     }
     rs::kern::set_expert_stream(true);
     rs::kern::set_expert_ffn(ffn_mode);
+    rs::kern::set_down_spec(spec_mode);
     const auto st = relative_error(got[0], f.reference(1, xh, ids, w));
     INFO((type == WeightType::BF16 ? "bf16" : "fp8") << " hidden=" << sh.hidden << " inter=" << sh.inter
                                                      << " n_shared=" << sh.n_shared << " invalid=" << with_invalid
@@ -360,6 +365,8 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
     CHECK(st.rel <= kTolerance);
     CHECK(got[0] == got[1]);
     CHECK(got[1] == got[2]);
+    CHECK(got[1] == got[3]);
+    CHECK(got[1] == got[4]);
   }
 }
 
