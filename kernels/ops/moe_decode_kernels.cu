@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) expert_decode_down_spec_kerne
 // which finds the routing after its wait (RS_DOWN_SPEC=0 for A/B runs from one binary), 2 the
 // speculative op guessing wrong (tests).
 int g_down_spec = env_int("RS_DOWN_SPEC", 1, 0, 2);
+uint64_t g_down_spec_launches = 0;  // tests: that the speculative down ran where it should
 
 // The one-token streaming launches' grid-wide wait counters (expert_stream_ffn.cuh): zero at
 // module load, zeroed again by every launch. A device global is per device, so tensor-parallel
@@ -148,6 +149,7 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsi
         const size_t smem_spec = static_cast<size_t>(lay.bytes(rounds, kGemvWarps));
         apply_carveout(spec, "experts");
         launch_pdl(spec, dim3(grid), dim3(kGemvThreads), smem_spec, s, p, rounds, g_down_spec == 2);
+        ++g_down_spec_launches;
         which &= ~2u;
       }
     }
@@ -345,6 +347,7 @@ void set_expert_stream(bool on) { g_expert_stream = on; }
 void set_expert_ffn(int mode) { g_expert_ffn = mode; }
 void set_down_spec(int mode) { g_down_spec = mode; }
 int down_spec() { return g_down_spec; }
+uint64_t down_spec_launches() { return g_down_spec_launches; }
 int expert_ffn() { return g_expert_ffn; }
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k) {
   ExpertStreamGeom g;

@@ -52,6 +52,8 @@ int expert_ffn();
 // path). The same bits in every mode.
 void set_down_spec(int mode);
 int down_spec();
+// Launches of that speculative down so far in this process (tests: that it is the path taken).
+uint64_t down_spec_launches();
 // Whether moe_experts() runs m tokens of `experts` (its shared experts folded in as set) with the
 // streaming gate_up: the forward pass picks the router in front of it by this.
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k);

@@ -349,10 +349,15 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
       rs::kern::set_expert_ffn(path == 0 ? 2 : 0);
       rs::kern::set_down_spec(path == 2 ? 2 : path == 3 ? 0 : 1);
       out.poison();
+      const uint64_t spec_before = rs::kern::down_spec_launches();
       rs::cuda::moe_experts(f.experts, reinterpret_cast<const __nv_bfloat16*>(x.ptr), 1, sh.top_k, dids.ptr, dw.ptr,
                             reinterpret_cast<__nv_bfloat16*>(out.ptr), {ws.ptr, ws_bytes}, nullptr);
       cuda_ok(cudaDeviceSynchronize(), "moe_experts");
       got[path] = out.download();
+      // FP8: the guessing down is what ran on the paths that ask for it (not a silent fallback).
+      if (type != WeightType::BF16 && (path == 1 || path == 2 || path == 4))
+        CHECK(rs::kern::down_spec_launches() == spec_before + 1);
+      if (path == 0 || path == 3) CHECK(rs::kern::down_spec_launches() == spec_before);
     }
     rs::kern::set_expert_stream(true);
     rs::kern::set_expert_ffn(ffn_mode);
