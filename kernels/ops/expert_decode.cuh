@@ -388,7 +388,9 @@ constexpr int kDownSpecMaxRounds = 4;  // row-group rounds a block copies before
 // weight load, and its two row groups' DRAM trips after them (the thirteenth session's wait
 // probe: h ready ~4.6 us after the release, then two ~5 us bursts). Here each warp reads the
 // routing before the wait (the router ran two launches earlier: all but always complete by
-// then) and copies its first slot's rows of the first `rounds` row groups, with their block
+// then; with the router inside the gate_up launch, RS_ROUTE_IN_EXPERTS=1, a gate_up block leaves
+// its SM only after the routing is out, which holds as well) and copies its first slot's rows of
+// the first `rounds` row groups, with their block
 // scales, into shared memory; at V2-Lite's shape that is the whole launch's weights (23 MB over
 // 264 blocks, 113 KB a block), in flight while the gate_up drains. The rows go by bulk copies
 // (one instruction a row, completing on an mbarrier): per-thread cp.async of the same rows gained
