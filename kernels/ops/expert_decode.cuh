@@ -132,6 +132,23 @@ __device__ __forceinline__ int stage_f16_warp(const __nv_bfloat16* x, int n, __h
 }
 
 template <bool kCoherent = false>
+__device__ __forceinline__ float amax_bf16(const __nv_bfloat16* x, int n, int tid, int threads);
+
+// One warp stages slot s's h (n = inter bf16) as f16 into hs and sets h_scale[s] = 2^e: in one pass
+// where it fits (stage_f16_warp), else amax then stage_f16.
+__device__ __forceinline__ void stage_down_h(const __nv_bfloat16* h, int n, __half* hs, float* h_scale, int s,
+                                             int lane) {
+  int e;
+  if (n <= 256 * kDownStageChunks) {
+    e = stage_f16_warp<kDownStageChunks>(h, n, hs, lane);
+  } else {
+    e = f16_stage_exponent(rs::cuda::warp_max(amax_bf16(h, n, lane, 32)));
+    stage_f16(h, n, e, hs, lane, 32);
+  }
+  if (lane == 0) h_scale[s] = ldexpf(1.f, e);
+}
+
+template <bool kCoherent>
 __device__ __forceinline__ float amax_bf16(const __nv_bfloat16* x, int n, int tid, int threads) {
   float m = 0.f;
   for (int i = tid * 8; i < n; i += threads * 8) m = bf16x8_amax(ld_x16<kCoherent>(x + i), m);
@@ -245,6 +262,31 @@ __device__ __forceinline__ void fused_gate_up_op(const ExpertGemvParams& p, Smal
   }
 }
 
+// The block's sum of its warps' lane partials acc of rows [rg DR, rg DR + DR) and tokens < MT, in
+// warp order (deterministic), stored as bf16 into out[t, row]. red: [kGemvWarps][DR][MT]. Ends
+// with a barrier, so red may be reused.
+template <int DR, int MT>
+__device__ __forceinline__ void store_down_rows(float (&acc)[DR][MT], float* red, int64_t rg, int hidden, int m,
+                                                __nv_bfloat16* out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int r = 0; r < DR; ++r)
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0) red[(warp * DR + r) * MT + t] = v;
+    }
+  __syncthreads();
+  if (threadIdx.x < DR * MT) {
+    const int r = threadIdx.x / MT, t = threadIdx.x % MT;
+    float v = 0.f;
+    for (int k = 0; k < kGemvWarps; ++k) v += red[(k * DR + r) * MT + t];  // fixed order
+    const int64_t row = rg * DR + r;
+    if (row < hidden && t < m) out[static_cast<int64_t>(t) * hidden + row] = __float2bfloat16_rn(v);
+  }
+  __syncthreads();
+}
+
 // out[t, row] = sum over slots of weight(t, slot) * down_slot[row] . h[slot, t]
 // DR hidden rows per block-iteration (bf16 2, FP8 4: the same bytes per warp-item, see gate_up).
 // red: shared memory [kGemvWarps][DR][MT].
@@ -272,17 +314,8 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
   static_assert(!kF16 || (kFp8 && MT == 1), "f16 activations: FP8 weights, one token");
   __shared__ float h_scale[kF16 ? kMaxSharedSlots + kMaxTopK : 1];
   if constexpr (kF16) {
-    for (int s = warp; s < slots; s += kGemvWarps) {
-      const __nv_bfloat16* h = p.h + static_cast<int64_t>(s) * inter;
-      int e;
-      if (inter <= 256 * kDownStageChunks) {
-        e = stage_f16_warp<kDownStageChunks>(h, inter, hh + static_cast<int64_t>(s) * inter, lane);
-      } else {
-        e = f16_stage_exponent(rs::cuda::warp_max(amax_bf16(h, inter, lane, 32)));
-        stage_f16(h, inter, e, hh + static_cast<int64_t>(s) * inter, lane, 32);
-      }
-      if (lane == 0) h_scale[s] = ldexpf(1.f, e);
-    }
+    for (int s = warp; s < slots; s += kGemvWarps)
+      stage_down_h(p.h + static_cast<int64_t>(s) * inter, inter, hh + static_cast<int64_t>(s) * inter, h_scale, s, lane);
     __syncwarp();
   }
   pdl_probe_mark(kProbeInputReady);
@@ -322,22 +355,7 @@ __device__ __forceinline__ void fused_down_op(const ExpertGemvParams& p, SmallRo
         for (int r = 0; r < DR; ++r) acc[r][t] = fmaf(wt, part[r][t], acc[r][t]);
       }
     }
-#pragma unroll
-    for (int r = 0; r < DR; ++r)
-#pragma unroll
-      for (int t = 0; t < MT; ++t) {
-        const float v = warp_sum(acc[r][t]);
-        if (lane == 0) red[(warp * DR + r) * MT + t] = v;
-      }
-    __syncthreads();
-    if (threadIdx.x < DR * MT) {
-      const int r = threadIdx.x / MT, t = threadIdx.x % MT;
-      float v = 0.f;
-      for (int k = 0; k < kGemvWarps; ++k) v += red[(k * DR + r) * MT + t];  // fixed order
-      const int64_t row = rg * DR + r;
-      if (row < hidden && t < p.m) p.out[static_cast<int64_t>(t) * hidden + row] = __float2bfloat16_rn(v);
-    }
-    __syncthreads();
+    store_down_rows<DR, MT>(acc, red, rg, hidden, p.m, p.out);
     if (rg == wg.index) pdl_probe_mark(kProbeStep2);  // the block's first row group
   }
   pdl_probe_mark(kProbeMainDone);
@@ -348,18 +366,6 @@ template <typename T>
 __device__ __forceinline__ T from_rank(T v, int a, int a_want, T fallback) {
   const unsigned hit = __ballot_sync(0xffffffffu, a == a_want);
   return hit ? __shfl_sync(0xffffffffu, v, __ffs(hit) - 1) : fallback;
-}
-
-// cp.async.wait_group for a run-time count: at most n of this thread's commit groups still in
-// flight (an immediate operand; above 4 it waits for more than needed).
-__device__ __forceinline__ void cp_async_wait_upto(int n) {
-  switch (n < 0 ? 0 : n) {
-    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
-  }
 }
 
 // Shared memory of fp8_down_one_token_spec_op for `rounds` copied row-group rounds: the staged h
@@ -441,17 +447,15 @@ __device__ __forceinline__ void fp8_down_one_token_spec_op(const ExpertGemvParam
     __syncwarp();
     const uint64_t policy = l2_evict_first();
     const uint32_t row_bytes = static_cast<uint32_t>(nchunks) * 16u;
-    for (int q = 0; q < rounds; ++q) {  // one commit group a round (the scales), empty or not
+    for (int q = 0; q < rounds; ++q) {
       const int64_t rg = wg.index + int64_t(q) * wg.count;
       uint4* dst = wsm + (int64_t(q) * kGemvWarps + warp) * lay.chunk_words;
       const int64_t last = min(rg * DR + DR, d.rows) - 1;
       // Lane r < DR copies row r: present rows, 16-byte aligned (a bulk copy's rule).
       const WeightRow row = lane < DR ? weight_row(d, rg * DR + lane, true) : WeightRow{};
       const bool misaligned = __any_sync(0xffffffffu, (reinterpret_cast<uintptr_t>(row.data) & 15u) != 0u);
-      if (rg >= groups || misaligned || fp8_block_div(rg * DR, d.block_rows) != fp8_block_div(last, d.block_rows)) {
-        rs::ptx::cp_async_commit();
+      if (rg >= groups || misaligned || fp8_block_div(rg * DR, d.block_rows) != fp8_block_div(last, d.block_rows))
         continue;
-      }
       copied |= 1u << q;
       const uint32_t rows_present = static_cast<uint32_t>(last - rg * DR + 1);
       if (lane == 0) mbar_arrive_expect_tx(&bars[warp][q], rows_present * row_bytes);
@@ -460,28 +464,25 @@ __device__ __forceinline__ void fp8_down_one_token_spec_op(const ExpertGemvParam
       float* sdst = ssm + (int64_t(q) * kGemvWarps + warp) * lay.scale_floats;
       for (int c = lane; c < scale_cols; c += 32)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(rs::ptx::smem_addr(sdst + c)), "l"(scale_row + c));
-      rs::ptx::cp_async_commit();
     }
+    rs::ptx::cp_async_commit();  // every round's scales: a few hundred bytes, waited for at the first use
   }
   pdl_wait();  // routing from the router, h from the gate_up kernel
   pdl_probe_mark(kProbeStep1);
   int id = lane < k ? __ldcg(p.topk_ids + lane) : -1;
   const float wt = lane < k ? __ldcg(p.topk_weights + lane) : 0.f;
   __shared__ float h_scale[kMaxSharedSlots + kMaxTopK];
-  for (int s = warp; s < max_slots; s += kGemvWarps) {
-    const __nv_bfloat16* h = p.h + static_cast<int64_t>(s) * inter;
-    const int e = stage_f16_warp<kDownStageChunks>(h, inter, hh + static_cast<int64_t>(s) * inter, lane);
-    if (lane == 0) h_scale[s] = ldexpf(1.f, e);
-  }
+  for (int s = warp; s < max_slots; s += kGemvWarps)
+    stage_down_h(p.h + static_cast<int64_t>(s) * inter, inter, hh + static_cast<int64_t>(s) * inter, h_scale, s, lane);
   int a;
   float lead_w;
   const int slots = ns + __popc(one_token_leads(id, wt, k, nE, a, lead_w));
   __syncwarp();  // the staging
   pdl_probe_mark(kProbeInputReady);
   for (int64_t rg = wg.index, q = 0; rg < groups; rg += wg.count, ++q) {  // uniform over the block
-    float acc[DR];
+    float acc[DR][1];
 #pragma unroll
-    for (int r = 0; r < DR; ++r) acc[r] = 0.f;
+    for (int r = 0; r < DR; ++r) acc[r][0] = 0.f;
 #pragma unroll 1
     for (int s = warp; s < slots; s += kGemvWarps) {
       const int e = s < ns ? nE + s : from_rank(id, a, s - ns, -1);
@@ -492,7 +493,7 @@ __device__ __forceinline__ void fp8_down_one_token_spec_op(const ExpertGemvParam
 #pragma unroll
       for (int r = 0; r < DR; ++r) pr[r] = 0.f;
       if (s == warp && q < rounds && (copied >> q & 1u) && e == spec) {
-        cp_async_wait_upto(rounds - 1 - static_cast<int>(q));  // this round's scales; later rounds may fly
+        asm volatile("cp.async.wait_group 0;" ::: "memory");  // the scales
         __syncwarp();  // every lane's (a lane reads other lanes' scales)
         mbar_wait(&bars[warp][q], 0u, "fp8 down rows");
         const uint4* src = wsm + (q * kGemvWarps + warp) * lay.chunk_words;
@@ -519,22 +520,9 @@ __device__ __forceinline__ void fp8_down_one_token_spec_op(const ExpertGemvParam
       // The routing weight is linear in the dot product: lanes apply it before the reduction.
       const float wt_s = h_scale[s] * slot_w;
 #pragma unroll
-      for (int r = 0; r < DR; ++r) acc[r] = fmaf(wt_s, pr[r], acc[r]);
+      for (int r = 0; r < DR; ++r) acc[r][0] = fmaf(wt_s, pr[r], acc[r][0]);
     }
-#pragma unroll
-    for (int r = 0; r < DR; ++r) {
-      const float v = warp_sum(acc[r]);
-      if (lane == 0) red[warp * DR + r] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x < DR) {
-      const int r = threadIdx.x;
-      float v = 0.f;
-      for (int w = 0; w < kGemvWarps; ++w) v += red[w * DR + r];  // fixed order
-      const int64_t row = rg * DR + r;
-      if (row < hidden) p.out[row] = __float2bfloat16_rn(v);
-    }
-    __syncthreads();
+    store_down_rows<DR, 1>(acc, red, rg, hidden, 1, p.out);
     if (rg == wg.index) pdl_probe_mark(kProbeStep2);
   }
   // Copies of a wrong guess: none may land in this block's shared memory after it exits.
