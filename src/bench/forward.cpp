@@ -35,6 +35,7 @@ struct ForwardArgs {
   bool ablate = false;
   std::string timeline;  // CSV of one decode graph replay's kernels (CUPTI)
   std::string wait_probe;  // CSV of one decode graph replay's PDL waits (a RS_WAIT_PROBE build)
+  std::string wait_probe_blocks;  // and every block's record of that replay
 };
 
 void cuda_ok(cudaError_t e, const char* what) {
@@ -239,6 +240,11 @@ void run_forward(const ForwardArgs& a) {
     std::ofstream f(a.wait_probe);
     if (!f) throw Error("--wait-probe: cannot write '" + a.wait_probe + "'");
     f << probe_csv(launches);
+    if (!a.wait_probe_blocks.empty()) {
+      std::ofstream fb(a.wait_probe_blocks);
+      if (!fb) throw Error("--wait-probe-blocks: cannot write '" + a.wait_probe_blocks + "'");
+      fb << probe_records_csv(rec);
+    }
     std::printf("  PDL waits of one graph replay (%zu blocks of %zu launches, in %s%s):\n", rec.size(), launches.size(),
                 a.wait_probe.c_str(), spans.empty() ? "; no CUPTI to name the kernels" : "");
     std::printf("    release: a launch's first block leaves its wait; advance: to the next launch's release;\n"
@@ -312,6 +318,8 @@ void add_forward(CLI::App& bench) {
   cmd->add_option("--wait-probe", a->wait_probe,
                   "decode, a build with -DRS_WAIT_PROBE=ON: write when every block of one graph replay reached and "
                   "left its PDL wait to this CSV and print where each kernel's blocks started and were released");
+  cmd->add_option("--wait-probe-blocks", a->wait_probe_blocks,
+                  "with --wait-probe: also write every block's wait and marks of that replay to this CSV");
   cmd->callback([a] { run_forward(*a); });
 }
 

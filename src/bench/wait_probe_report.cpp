@@ -124,4 +124,20 @@ std::string probe_csv(const std::vector<ProbeLaunch>& launches) {
   return s;
 }
 
+std::string probe_records_csv(const std::vector<kern::WaitProbeRecord>& records) {
+  uint64_t t0 = UINT64_MAX;
+  for (const kern::WaitProbeRecord& r : records)
+    if (r.grid != 0 && r.tag == 0) t0 = std::min(t0, r.entry_ns);
+  auto us = [&](uint64_t t) { return (static_cast<double>(t) - static_cast<double>(t0)) / 1000.0; };
+  std::string s = "grid,block,smid,tag,entry_us,exit_us\n";
+  char buf[160];
+  for (const kern::WaitProbeRecord& r : records) {
+    if (r.grid == 0 || r.tag >= static_cast<uint32_t>(kern::kWaitProbeSlots)) continue;  // a mark slot never set
+    std::snprintf(buf, sizeof buf, "%llu,%u,%u,%u,%.3f,%.3f\n", static_cast<unsigned long long>(r.grid), r.block,
+                  r.smid, r.tag, r.tag == 0 ? us(r.entry_ns) : 0.0, us(r.exit_ns));
+    s += buf;
+  }
+  return s;
+}
+
 }  // namespace rs::bench

@@ -44,4 +44,9 @@ std::vector<ProbeSummary> probe_summary(const std::vector<ProbeLaunch>& launches
 // advance_us, then the marks 1..7 (input_us,main_us,grid_wait_us,end_us,step1_us,step2_us,step3_us)
 std::string probe_csv(const std::vector<ProbeLaunch>& launches);
 
+// CSV of every record as taken, one line a block's wait or mark, times in us from the earliest
+// wait entry: grid,block,smid,tag,entry_us,exit_us (a mark's time is its exit_us). For questions
+// the per-launch figures cannot answer (how a mark spreads over a grid's blocks, which SMs lag).
+std::string probe_records_csv(const std::vector<kern::WaitProbeRecord>& records);
+
 }  // namespace rs::bench

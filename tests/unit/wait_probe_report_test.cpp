@@ -91,3 +91,22 @@ TEST_CASE("wait probe: without a timeline launches are named by their sizes") {
   CHECK(l[1].kernel == "2x544");
 }
 }
+
+TEST_SUITE("unit.timeline") {
+TEST_CASE("wait probe: every record as CSV, times from the earliest wait entry; unset slots left out") {
+  std::vector<WaitProbeRecord> r = sample();
+  r[1].smid = 17;
+  WaitProbeRecord m = rec(3, 0, 6500, 1, 2, 544), unset;
+  m.tag = rs::kern::kProbeMainDone;
+  m.smid = 5;
+  r.push_back(m);
+  r.push_back(unset);
+  const std::string csv = rs::bench::probe_records_csv(r);
+  CHECK(csv.find("grid,block,smid,tag,entry_us,exit_us\n") == 0);
+  CHECK(csv.find("7,1,17,0,0.200,2.100\n") != std::string::npos);  // entry 1.2 us, exit 3.1, from t0 = 1.0
+  CHECK(csv.find("3,1,5,2,0.000,5.500\n") != std::string::npos);   // a mark: its time only
+  size_t lines = 0;
+  for (char c : csv) lines += c == '\n';
+  CHECK(lines == 1 + 7);  // header, six waits, one mark
+}
+}
