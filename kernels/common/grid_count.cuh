@@ -53,6 +53,14 @@ static __device__ __noinline__ void grid_count_wait(const unsigned* counter, uns
   }
 }
 
+// The same arrival on two counters (a copy homed on each L2 side, l2_sides.h): one release fence
+// for both reductions.
+__device__ __forceinline__ void grid_count_arrive2(unsigned* a, unsigned* b) {
+  asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;\n\tred.relaxed.gpu.global.add.u32 [%1], 1;" ::"l"(a),
+               "l"(b)
+               : "memory");
+}
+
 // One thread of each CTA, after its wait on w[0] (arrivals): counts itself on w[1] (departures);
 // the last of the grid's CTAs to pass zeroes both words for the next launch (nobody reads w[0]
 // again in this one).
@@ -60,6 +68,16 @@ __device__ __forceinline__ void grid_count_depart(unsigned* w) {
   if (atomicAdd(w + 1, 1u) == gridDim.x - 1) {
     w[0] = 0u;
     w[1] = 0u;
+  }
+}
+
+// grid_count_depart for two arrival counters a[0], b[0]: departures counted on a[1]; the last
+// resets all three.
+__device__ __forceinline__ void grid_count_depart2(unsigned* a, unsigned* b) {
+  if (atomicAdd(a + 1, 1u) == gridDim.x - 1) {
+    a[0] = 0u;
+    b[0] = 0u;
+    a[1] = 0u;
   }
 }
 

@@ -157,13 +157,14 @@ constexpr int kXsXVecs = 2;
 struct XsX {
   uint4 v[kXsXVecs];
 };
-__device__ __forceinline__ XsX xs_load_x(const ExpertGemvParams& p) {
+// xp: p.x, or its copy on the block's L2 side (ExpertStreamGeom::x_side), the same bits.
+__device__ __forceinline__ XsX xs_load_x(const ExpertGemvParams& p, const __nv_bfloat16* xp) {
   XsX x;
   const int vecs = p.experts.hidden / 8;
 #pragma unroll
   for (int k = 0; k < kXsXVecs; ++k) {
     const int v = threadIdx.x + k * blockDim.x;
-    x.v[k] = v < vecs ? ld_cached16(p.x + static_cast<int64_t>(v) * 8) : make_uint4(0, 0, 0, 0);
+    x.v[k] = v < vecs ? ld_cached16(xp + static_cast<int64_t>(v) * 8) : make_uint4(0, 0, 0, 0);
   }
   return x;
 }

@@ -32,6 +32,7 @@
 // for FP8 its h's power-of-two scale), extend the per-lane fma chain s % 8, and the row is the sum
 // over k = 0..7 of warp_sum(chain k) in that order. Both give the same bits.
 #include "kernels/common/grid_count.cuh"
+#include "kernels/common/l2_sides.h"
 #include "kernels/ops/expert_stream.cuh"
 #include "kernels/ops/expert_stream_route.cuh"
 
@@ -133,6 +134,12 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   const uint32_t n_stages = gu.stages + dn.stages;
 
   if (threadIdx.x == 0) ring.init(kXsConsumerWarps);
+  int l2_side = 0;  // this SM's, read before the wait (off the step's path)
+  if (g.sm_side) {
+    unsigned smid;
+    asm("mov.u32 %0, %%smid;" : "=r"(smid));
+    l2_side = g.sm_side[smid < kL2SideMaxSms ? smid : 0];
+  }
   if constexpr (kRoute) {
     __shared__ XsRouteSmem route_smem;
     if (threadIdx.x == 0) sr.n_active = 0;  // shared slots are active before the routing is known
@@ -183,8 +190,10 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   } else {
     // x's loads in flight with the routing's (H200 bf16: level, 2.047-2.072 against 2.050-2.054 ms
     // with them after the routing).
-    const XsX x = xs_load_x(p);
-    small_routing(p, sr);
+    const bool sided = g.x_side[0] != nullptr;  // x and the routing from this side's copies
+    const XsX x = xs_load_x(p, sided ? static_cast<const __nv_bfloat16*>(g.x_side[l2_side]) : p.x);
+    if (sided) small_routing(p, sr, g.ids_side[l2_side], g.weights_side[l2_side]);
+    else small_routing(p, sr);
     xs_slot_matrices(p, sr, ns, ns + sr.n_active, kParts, mats);
     if (producer && lane == 0)
       for (; issued < first; ++issued) issue(issued, true);
@@ -222,9 +231,15 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   // Every block's h, then this block's down rows.
   xs_consumer_sync();
   if (threadIdx.x == 0) {
-    grid_count_arrive(sync);
-    grid_count_wait(sync, gridDim.x, "expert FFN, every block's h", -1);
-    grid_count_depart(sync);  // the last block past the wait resets both words for the next launch
+    if (g.sided_sync[0]) {  // one counter homed on each L2 side, each block polling its own
+      grid_count_arrive2(g.sided_sync[0], g.sided_sync[1]);
+      grid_count_wait(g.sided_sync[l2_side], gridDim.x, "expert FFN, every block's h", -1);
+      grid_count_depart2(g.sided_sync[0], g.sided_sync[1]);
+    } else {
+      grid_count_arrive(sync);
+      grid_count_wait(sync, gridDim.x, "expert FFN, every block's h", -1);
+      grid_count_depart(sync);  // the last block past the wait resets both words for the next launch
+    }
     pdl_probe_mark(kProbeGridWait);
   }
   xs_consumer_sync();

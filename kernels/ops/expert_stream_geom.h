@@ -32,6 +32,16 @@ struct ExpertStreamGeom {
   // The last late_blocks blocks of the grid take late_quarters / 4 of a block's gate_up rows
   // (xs_rows); see kXsLateBlocks.
   int late_blocks = 0, late_quarters = 4;
+  // The whole FFN's grid-wide wait on a counter copy homed on each L2 side (l2_sides.h), each
+  // block polling its own side's (H200 wait probe: the far half passed the single counter's wait
+  // ~0.8 us after the near half); null: the one counter.
+  const uint8_t* sm_side = nullptr;
+  unsigned* sided_sync[2] = {nullptr, nullptr};
+  // One token's x and routing read from the copies on the block's own L2 side, written by the
+  // cluster router (l2_sides.h); null: from p.x and p.topk_ids / p.topk_weights.
+  const void* x_side[2] = {nullptr, nullptr};
+  const int32_t* ids_side[2] = {nullptr, nullptr};
+  const float* weights_side[2] = {nullptr, nullptr};
 };
 
 // The whole FFN behind the cluster router's launch: PDL launches its grid while the router's

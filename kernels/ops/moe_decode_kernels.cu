@@ -6,6 +6,7 @@
 
 #include "kernels/common/carveout.h"
 #include "kernels/common/env_int.h"
+#include "kernels/common/l2_sides.h"
 #include "kernels/common/sm_count.h"
 #include "kernels/common/smem_optin.h"
 #include "kernels/ops/expert_decode.cuh"
@@ -239,13 +240,40 @@ bool launch_expert_stream_gate_up(const ExpertGemvParams& p, const ExpertStreamG
 // V2-Lite 2.13 against 1.98 ms a step), 2 bf16 and FP8 (tests, A/B runs).
 int g_expert_ffn = env_int("RS_EXPERT_FFN", 1, 0, 2);
 
+// The whole FFN's grid-wide wait on a counter homed on each L2 side (set_xs_l2_sides, environment
+// RS_XS_L2_SIDES): 1 where l2_sides() found two (default), 0 the one counter.
+int g_xs_l2_sides = env_int("RS_XS_L2_SIDES", 1, 0, 1);
+// One token's streamed expert launches read x and the routing from the copies on their L2 side
+// where the cluster router wrote them (RS_XS_L2_INPUTS=0: from the router's own outputs).
+int g_xs_l2_inputs = env_int("RS_XS_L2_INPUTS", 1, 0, 1);
+
 int expert_ffn_grid(const rs::cuda::MoeExperts& experts, int sm_count) {
   return std::min(sm_count, experts.inter);
 }
 
+// The L2 sides' copies (kernels/common/l2_sides.h) for a launch without the router in it: x and the
+// routing where the cluster router wrote them (sided_in), the FFN's grid-wide counters (counters).
+void xs_sided(const ExpertGemvParams& p, ExpertStreamGeom& g, bool sided_in, bool counters) {
+  const L2Sides& sides = l2_sides(false);  // measured when the backend started
+  if (!sides.valid) return;
+  if (counters && g_xs_l2_sides) {
+    g.sm_side = sides.sm_side;
+    g.sided_sync[0] = sides.page[0][0];
+    g.sided_sync[1] = sides.page[1][0];
+  }
+  if (sided_in && g_xs_l2_inputs) {
+    g.sm_side = sides.sm_side;
+    for (int side = 0; side < 2; ++side) {
+      g.ids_side[side] = l2_side_ids(sides, side);
+      g.weights_side[side] = l2_side_weights(sides, side);
+      g.x_side[side] = l2_side_x(sides, side);
+    }
+  }
+}
+
 template <bool kFp8, bool kRoute>
 bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStream_t s, const ExpertRouteParams& rt = {},
-                              uint32_t route_act = 0) {
+                              uint32_t route_act = 0, bool sided_in = false) {
   ExpertStreamGeom g;
   if (!expert_stream_geometry(p.experts, p.m, p.top_k, g, true, route_act)) return false;
   const int grid = expert_ffn_grid(p.experts, sm_count);
@@ -257,6 +285,7 @@ bool launch_expert_stream_ffn(const ExpertGemvParams& p, int sm_count, cudaStrea
   }
   const int rows_per_block = (p.experts.hidden + grid - 1) / grid;
   if (rows_per_block > kXsConsumerWarps * kXsDownRowsPerWarp) return false;
+  xs_sided(p, g, sided_in, true);
   auto* ffn = expert_stream_ffn_kernel<kFp8, kRoute>;
   if (!allow_dynamic_smem(ffn, static_cast<int>(g.smem_bytes))) return false;
   if (resident_blocks_exact(ffn, kXsThreads, g.smem_bytes) < 1) return false;  // the grid-wide wait needs one an SM
@@ -283,10 +312,13 @@ void register_parts(const ExpertGemvParams& p, int sm_count, cudaStream_t s, uns
 template <bool kFp8, int MT>
 void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   ExpertStreamGeom g;
+  // The cluster router's copies of x and the routing on each L2 side, where it wrote them for these inputs.
+  const bool sided_in = MT == 1 && l2_sided_inputs_take(p.x, p.topk_ids, p.topk_weights);
   if (MT == 1 && g_expert_stream && g_expert_ffn >= (kFp8 ? 2 : 1) &&
-      launch_expert_stream_ffn<kFp8, false>(p, sm_count, s))
+      launch_expert_stream_ffn<kFp8, false>(p, sm_count, s, {}, 0, sided_in))
     return;
   if (MT == 1 && g_expert_stream && expert_stream_geometry(p.experts, p.m, p.top_k, g)) {
+    xs_sided(p, g, sided_in, false);
     launch_expert_stream_gate_up<kFp8, false>(p, g, sm_count, s);
     return register_parts<kFp8, MT>(p, sm_count, s, 2u);
   }
@@ -346,6 +378,8 @@ void set_expert_decode(bool on) { g_expert_decode = on; }
 void set_expert_stream(bool on) { g_expert_stream = on; }
 void set_expert_ffn(int mode) { g_expert_ffn = mode; }
 void set_down_spec(int mode) { g_down_spec = mode; }
+void set_xs_l2_sides(bool on) { g_xs_l2_sides = on; }
+void set_xs_l2_inputs(bool on) { g_xs_l2_inputs = on; }
 int down_spec() { return g_down_spec; }
 uint64_t down_spec_launches() { return g_down_spec_launches; }
 int expert_ffn() { return g_expert_ffn; }

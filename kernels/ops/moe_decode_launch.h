@@ -54,6 +54,14 @@ void set_down_spec(int mode);
 int down_spec();
 // Launches of that speculative down so far in this process (tests: that it is the path taken).
 uint64_t down_spec_launches();
+// The whole FFN's grid-wide wait on one counter copy a side of the L2 (kernels/common/l2_sides.h),
+// each block polling its own side's, where the sides were measured (on by default; environment
+// RS_XS_L2_SIDES=0 starts off); off, one counter. Tests run both.
+void set_xs_l2_sides(bool on);
+// One token's streamed expert launches reading x and the routing from the cluster router's copies
+// on their own L2 side, where it wrote them (on by default; environment RS_XS_L2_INPUTS=0 starts
+// off). The same bits either way.
+void set_xs_l2_inputs(bool on);
 // Whether moe_experts() runs m tokens of `experts` (its shared experts folded in as set) with the
 // streaming gate_up: the forward pass picks the router in front of it by this.
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k);

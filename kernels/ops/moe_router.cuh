@@ -103,6 +103,12 @@ __device__ __forceinline__ void router_select_compact(const MoeRouterParams& p, 
     if (!p.normalize || p.scale_after_normalize) w *= p.routed_scaling;
     p.topk_ids[static_cast<int64_t>(t) * p.top_k + lane] = my_e;
     p.topk_weights[static_cast<int64_t>(t) * p.top_k + lane] = w;
+    if (p.topk_ids_side[0])
+#pragma unroll
+      for (int side = 0; side < 2; ++side) {
+        p.topk_ids_side[side][static_cast<int64_t>(t) * p.top_k + lane] = my_e;
+        p.topk_weights_side[side][static_cast<int64_t>(t) * p.top_k + lane] = w;
+      }
   }
   if (lane == 0 && p.margins) p.margins[t] = p.top_k < p.experts ? last - next : INFINITY;
   __syncwarp();
@@ -189,6 +195,11 @@ __device__ __forceinline__ void moe_router_select_warp(const MoeRouterParams& p,
     if (!p.normalize || p.scale_after_normalize) w *= p.routed_scaling;
     p.topk_ids[static_cast<int64_t>(t) * p.top_k + k] = sel[k];
     p.topk_weights[static_cast<int64_t>(t) * p.top_k + k] = w;
+    if (p.topk_ids_side[0])
+      for (int side = 0; side < 2; ++side) {
+        p.topk_ids_side[side][static_cast<int64_t>(t) * p.top_k + k] = sel[k];
+        p.topk_weights_side[side][static_cast<int64_t>(t) * p.top_k + k] = w;
+      }
   }
   if (lane == 0 && p.margins) p.margins[t] = fminf(group_margin, expert_margin);
   __syncwarp();

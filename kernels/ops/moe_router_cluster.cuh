@@ -40,7 +40,8 @@ __host__ __device__ inline bool router_cluster_supported(int n, int hidden, int 
 static __device__ __noinline__ void router_cluster_select_compact(int experts, int top_k, bool normalize,
                                                                   bool scale_after_normalize, float routed_scaling,
                                                                   int32_t* ids, float* weights, float* margins, int t,
-                                                                  const float* logits_row) {
+                                                                  const float* logits_row, int32_t* ids_s0,
+                                                                  int32_t* ids_s1, float* weights_s0, float* weights_s1) {
   MoeRouterParams q;
   q.experts = experts;
   q.top_k = top_k;
@@ -50,13 +51,18 @@ static __device__ __noinline__ void router_cluster_select_compact(int experts, i
   q.topk_ids = ids;
   q.topk_weights = weights;
   q.margins = margins;
+  q.topk_ids_side[0] = ids_s0;
+  q.topk_ids_side[1] = ids_s1;
+  q.topk_weights_side[0] = weights_s0;
+  q.topk_weights_side[1] = weights_s1;
   router_select_compact<true>(q, t, logits_row);
 }
 __device__ __forceinline__ void router_cluster_select(const MoeRouterParams& p, int t, const float* logits_row,
                                                       float* wscratch) {
   if (p.select_out_of_line && router_compact_ok(p))
     router_cluster_select_compact(p.experts, p.top_k, p.normalize, p.scale_after_normalize, p.routed_scaling,
-                                  p.topk_ids, p.topk_weights, p.margins, t, logits_row);
+                                  p.topk_ids, p.topk_weights, p.margins, t, logits_row, p.topk_ids_side[0],
+                                  p.topk_ids_side[1], p.topk_weights_side[0], p.topk_weights_side[1]);
   else
     moe_router_select_warp<true>(p, t, logits_row, wscratch);
 }
@@ -111,6 +117,8 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
     dry.topk_ids = dry_ids;
     dry.topk_weights = dry_weights;
     dry.margins = nullptr;
+    dry.topk_ids_side[0] = dry.topk_ids_side[1] = nullptr;
+    dry.topk_weights_side[0] = dry.topk_weights_side[1] = nullptr;
     router_cluster_select(dry, 0, dry_logits, wscratch);
   }
   pdl::wait();
@@ -143,6 +151,10 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
         const int v = threadIdx.x + k * kRouterThreads;
         const uint4 yb = router_norm_round(y[k], inv, g[k], y[k]);  // in place: element by element
         if (rank == 0 && v < vecs) reinterpret_cast<uint4*>(norm.out + row)[v] = yb;
+        if (rank == 1 && norm.out_side[0] && v < vecs) {  // every block has x: block 1 writes the copies
+          reinterpret_cast<uint4*>(norm.out_side[0] + row)[v] = yb;
+          reinterpret_cast<uint4*>(norm.out_side[1] + row)[v] = yb;
+        }
       }
     } else {
 #pragma unroll

@@ -27,6 +27,9 @@ struct MoeRouterParams {
   int32_t* topk_ids = nullptr;       // [n, top_k]
   float* topk_weights = nullptr;     // [n, top_k]
   float* margins = nullptr;          // [n] nullable: smallest gap at this token's group/expert cut
+  // Nullable: the ids and weights again, one copy homed on each L2 side (kernels/common/l2_sides.h).
+  int32_t* topk_ids_side[2] = {nullptr, nullptr};
+  float* topk_weights_side[2] = {nullptr, nullptr};
   bool compact_select = true;        // the compact selection where it applies (moe_router.cuh); false: the general path
   bool warm_select = false;          // cluster router: a dry run of the selection before the wait (moe_router_cluster.cuh)
   bool select_out_of_line = false;   // cluster router: the compact selection as one out-of-line copy (moe_router_cluster.cuh)
@@ -50,6 +53,7 @@ struct RouterNormIn {
   const __nv_bfloat16* delta = nullptr;  // [n, hidden] the attention output
   const float* weight = nullptr;         // [hidden] post_attention_layernorm
   __nv_bfloat16* out = nullptr;          // [n, hidden]
+  __nv_bfloat16* out_side[2] = {nullptr, nullptr};  // nullable: out again on each L2 side (one token)
   float eps = 1e-6f;
 };
 constexpr int kRouterNormMaxTokens = 16;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/linear.h"
+#include "kernels/common/l2_sides.h"
 #include "kernels/ops/matmul_launch.h"
 #include "kernels/ops/moe_decode_launch.h"
 #include "tests/gpu/linear_test_util.h"
@@ -126,10 +127,14 @@ void compare_routed(WeightType type, Shape sh, RouterCfg rc, uint64_t seed, int 
     ddelta.upload(rng.bf16(H));
     for (int mode : {2, 0}) {  // the whole FFN in one launch; the streamed gate_up + register down
       rs::kern::set_expert_ffn(mode);
-      std::vector<uint16_t> xn[2], out[2];
-      std::vector<float> logits[2], wts[2], margins[2];
-      std::vector<int> ids[2];
-      for (int path = 0; path < 2; ++path) {  // router kernel + moe_experts; the router folded in
+      // Router kernel + moe_experts (x and the routing read from the cluster router's copies on
+      // each L2 side, where it wrote them); the router folded in; the two launches again reading
+      // the router's own outputs.
+      std::vector<uint16_t> xn[3], out[3];
+      std::vector<float> logits[3], wts[3], margins[3];
+      std::vector<int> ids[3];
+      for (int path = 0; path < 3; ++path) {
+        rs::kern::set_xs_l2_inputs(path != 2);
         DeviceBuf<uint16_t> dxn(H), dout(H);
         DeviceBuf<float> dlog(E), dwt(K), dmargin(1);
         DeviceBuf<int> dids(K);
@@ -166,7 +171,7 @@ void compare_routed(WeightType type, Shape sh, RouterCfg rc, uint64_t seed, int 
         nin.out = reinterpret_cast<__nv_bfloat16*>(dxn.ptr);
         nin.eps = 1e-6f;
         auto* o = reinterpret_cast<__nv_bfloat16*>(dout.ptr);
-        if (path == 0) {
+        if (path != 1) {
           rs::cuda::launch_moe_router_fused(lg, r, counters.ptr, nullptr, &nin);
           rs::cuda::moe_experts(f.experts, nin.out, 1, K, dids.ptr, dwt.ptr, o, {ws.ptr, ws_bytes}, nullptr);
         } else {
@@ -193,8 +198,10 @@ void compare_routed(WeightType type, Shape sh, RouterCfg rc, uint64_t seed, int 
       CHECK(wts[0] == wts[1]);
       CHECK(margins[0] == margins[1]);
       CHECK(out[0] == out[1]);
+      CHECK(out[0] == out[2]);
     }
   }
+  rs::kern::set_xs_l2_inputs(true);
   rs::kern::set_expert_ffn(ffn_mode);
   rs::kern::set_route_in_experts(route_mode);
 }
@@ -342,11 +349,13 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
     dw.upload(w);
     // Whole FFN streamed, streamed gate_up (then the register down: FP8 one token with its
     // routing read on speculation, right, wrong, and after the wait), register kernels.
-    std::vector<uint16_t> got[5];
+    // Path 5: the whole FFN again with one grid-wide counter instead of a copy on each L2 side.
+    std::vector<uint16_t> got[6];
     const int spec_mode = rs::kern::down_spec();
-    for (int path = 0; path < 5; ++path) {
-      rs::kern::set_expert_stream(path < 4);
-      rs::kern::set_expert_ffn(path == 0 ? 2 : 0);
+    for (int path = 0; path < 6; ++path) {
+      rs::kern::set_expert_stream(path != 4);
+      rs::kern::set_expert_ffn(path == 0 || path == 5 ? 2 : 0);
+      rs::kern::set_xs_l2_sides(path != 5);
       rs::kern::set_down_spec(path == 2 ? 2 : path == 3 ? 0 : 1);
       out.poison();
       const uint64_t spec_before = rs::kern::down_spec_launches();
@@ -357,8 +366,9 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
       // FP8: the guessing down is what ran on the paths that ask for it (not a silent fallback).
       if (type != WeightType::BF16 && (path == 1 || path == 2 || path == 4))
         CHECK(rs::kern::down_spec_launches() == spec_before + 1);
-      if (path == 0 || path == 3) CHECK(rs::kern::down_spec_launches() == spec_before);
+      if (path == 0 || path == 3 || path == 5) CHECK(rs::kern::down_spec_launches() == spec_before);
     }
+    rs::kern::set_xs_l2_sides(true);
     rs::kern::set_expert_stream(true);
     rs::kern::set_expert_ffn(ffn_mode);
     rs::kern::set_down_spec(spec_mode);
@@ -372,7 +382,33 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
     CHECK(got[1] == got[2]);
     CHECK(got[1] == got[3]);
     CHECK(got[1] == got[4]);
+    CHECK(got[0] == got[5]);
   }
+}
+
+TEST_CASE("the L2 sides of a Hopper part: two non-empty SM sides, a counter page homed on each") {
+  if (skip_without_gpu("L2 sides")) return;
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "device properties");
+  if (prop.major != 9 || prop.multiProcessorCount < 100) {
+    MESSAGE("not a full Hopper part (" << prop.name << "): the two-sided L2 is not expected; skipped");
+    return;
+  }
+  const rs::kern::L2Sides& s = rs::kern::l2_sides();
+  REQUIRE(s.valid);
+  std::vector<uint8_t> side(rs::kern::kL2SideMaxSms);
+  cuda_ok(cudaMemcpy(side.data(), s.sm_side, side.size(), cudaMemcpyDeviceToHost), "side table");
+  int n1 = 0;
+  for (int sm = 0; sm < prop.multiProcessorCount; ++sm) n1 += side[sm];
+  INFO("SMs on side 1: " << n1 << " of " << prop.multiProcessorCount);
+  CHECK(n1 > prop.multiProcessorCount / 4);
+  CHECK(n1 < prop.multiProcessorCount * 3 / 4);
+  for (int side = 0; side < 2; ++side)
+    for (int k = 0; k < rs::kern::kL2SidePages; ++k) {
+      CHECK(s.page[side][k] != nullptr);
+      CHECK(reinterpret_cast<uintptr_t>(s.page[side][k]) % 4096 == 0);
+      CHECK(s.page[side][k] != s.page[1 - side][k]);
+    }
 }
 
 TEST_CASE("streaming expert kernels (one token: the whole FFN, or gate_up) give the register kernels' bits and match the fp64 reference") {
