@@ -246,6 +246,7 @@ int g_xs_l2_sides = env_int("RS_XS_L2_SIDES", 1, 0, 1);
 // One token's streamed expert launches read x and the routing from the copies on their L2 side
 // where the cluster router wrote them (RS_XS_L2_INPUTS=0: from the router's own outputs).
 int g_xs_l2_inputs = env_int("RS_XS_L2_INPUTS", 1, 0, 1);
+uint64_t g_xs_l2_input_launches = 0;  // tests: that the sided copies were read where they should be
 
 int expert_ffn_grid(const rs::cuda::MoeExperts& experts, int sm_count) {
   return std::min(sm_count, experts.inter);
@@ -262,6 +263,7 @@ void xs_sided(const ExpertGemvParams& p, ExpertStreamGeom& g, bool sided_in, boo
     g.sided_sync[1] = sides.page[1][0];
   }
   if (sided_in && g_xs_l2_inputs) {
+    ++g_xs_l2_input_launches;
     g.sm_side = sides.sm_side;
     for (int side = 0; side < 2; ++side) {
       g.ids_side[side] = l2_side_ids(sides, side);
@@ -382,6 +384,7 @@ void set_xs_l2_sides(bool on) { g_xs_l2_sides = on; }
 void set_xs_l2_inputs(bool on) { g_xs_l2_inputs = on; }
 int down_spec() { return g_down_spec; }
 uint64_t down_spec_launches() { return g_down_spec_launches; }
+uint64_t xs_l2_input_launches() { return g_xs_l2_input_launches; }
 int expert_ffn() { return g_expert_ffn; }
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k) {
   ExpertStreamGeom g;

@@ -62,6 +62,8 @@ void set_xs_l2_sides(bool on);
 // on their own L2 side, where it wrote them (on by default; environment RS_XS_L2_INPUTS=0 starts
 // off). The same bits either way.
 void set_xs_l2_inputs(bool on);
+// Streamed expert launches that read those copies so far in this process (tests).
+uint64_t xs_l2_input_launches();
 // Whether moe_experts() runs m tokens of `experts` (its shared experts folded in as set) with the
 // streaming gate_up: the forward pass picks the router in front of it by this.
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k);

@@ -120,6 +120,9 @@ void compare_routed(WeightType type, Shape sh, RouterCfg rc, uint64_t seed, int 
   cuda_ok(cudaMemset(counters.ptr, 0, sizeof(int)), "zero counters");
   const int ffn_mode = rs::kern::expert_ffn(), route_mode = rs::kern::route_in_experts();
   rs::kern::set_route_in_experts(2);
+  // Measured here (as the backend does when it starts), so that the cluster router writes its
+  // copies of x and the routing on each L2 side where the part has two.
+  const bool sides = rs::kern::l2_sides().valid;
   for (int c = 0; c < calls; ++c) {
     std::vector<float> res(H);
     for (auto& v : res) v = rng.uniform(-3.f, 3.f);
@@ -171,9 +174,14 @@ void compare_routed(WeightType type, Shape sh, RouterCfg rc, uint64_t seed, int 
         nin.out = reinterpret_cast<__nv_bfloat16*>(dxn.ptr);
         nin.eps = 1e-6f;
         auto* o = reinterpret_cast<__nv_bfloat16*>(dout.ptr);
+        const uint64_t sided_before = rs::kern::xs_l2_input_launches();
         if (path != 1) {
           rs::cuda::launch_moe_router_fused(lg, r, counters.ptr, nullptr, &nin);
           rs::cuda::moe_experts(f.experts, nin.out, 1, K, dids.ptr, dwt.ptr, o, {ws.ptr, ws_bytes}, nullptr);
+          // The copies are read only with the switch on (never on path 2); on a two-sided part at
+          // V2-Lite's router shape (the cluster router, then a streamed expert launch) path 0 reads them.
+          if (path == 2) CHECK(rs::kern::xs_l2_input_launches() == sided_before);
+          if (path == 0 && sides && H == 2048 && E == 64) CHECK(rs::kern::xs_l2_input_launches() > sided_before);
         } else {
           REQUIRE(rs::cuda::moe_experts_routed(f.experts, rs::kern::ExpertRouteParams{lg, r, nin}, o, {ws.ptr, ws_bytes},
                                                nullptr));
