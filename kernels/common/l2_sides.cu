@@ -164,7 +164,8 @@ const L2Sides& l2_sides(bool may_measure) {
     cached[dev] = measure();
     done[dev] = true;
     std::fprintf(stderr, "rackserve: L2 sides on device %d: %s\n", dev,
-                 cached[dev].valid ? "two, measured (counters polled on the near side)" : "not used");
+                 cached[dev].valid ? "two, measured (hot counters and one token's expert inputs copied to each)"
+                                     : "not used (no clean split measured, or RS_L2_SIDES=0)");
   }
   return cached[dev];
 }
