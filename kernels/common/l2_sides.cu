@@ -89,6 +89,7 @@ L2Sides measure() {
   // The arena and the table live as long as the process (one small allocation per device).
   s.valid = true;
   s.sm_side = side_d;
+  s.sm_side_host = side_h;
   for (int side = 0; side < 2; ++side)
     for (int k = 0; k < kL2SidePages; ++k) s.page[side][k] = base + home[side][k] * kPageWords;
   return s;

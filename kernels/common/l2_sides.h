@@ -21,6 +21,7 @@ struct L2Sides {
   bool valid = false;                  // two sides found (else: one counter, as before)
   const uint8_t* sm_side = nullptr;    // device: %smid -> 0 or 1
   unsigned* page[2][kL2SidePages] = {};  // device: 4 KB pages homed on side 0, on side 1
+  std::vector<uint8_t> sm_side_host;     // the same table on the host (reports)
 };
 
 // One token's routing and normed x written by the cluster router a second and third time, into

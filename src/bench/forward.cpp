@@ -19,6 +19,7 @@
 #include "bench/bench_commands.h"
 #include "bench/timeline_report.h"
 #include "bench/wait_probe_report.h"
+#include "kernels/common/l2_sides.h"
 #include "common/error.h"
 #include "common/read_file.h"
 #include "model/model_spec.h"
@@ -236,7 +237,8 @@ void run_forward(const ForwardArgs& a) {
     std::string why;
     const std::vector<cuda::KernelSpan> spans =
         cuda::kernel_timeline_available(&why) ? cuda_decode_graph_timeline(*backend, 3) : std::vector<cuda::KernelSpan>{};
-    const std::vector<ProbeLaunch> launches = probe_launches(rec, spans);
+    const kern::L2Sides& sides = kern::l2_sides(false);  // measured when the backend started
+    const std::vector<ProbeLaunch> launches = probe_launches(rec, spans, sides.valid ? &sides.sm_side_host : nullptr);
     std::ofstream f(a.wait_probe);
     if (!f) throw Error("--wait-probe: cannot write '" + a.wait_probe + "'");
     f << probe_csv(launches);
@@ -264,6 +266,14 @@ void run_forward(const ForwardArgs& a) {
                   mk(s.mark_median_us[2]).c_str(), mk(s.mark_median_us[3]).c_str(), mk(s.mark_median_us[4]).c_str(),
                   mk(s.mark_median_us[5]).c_str(), mk(s.mark_median_us[6]).c_str(), mk(s.mark_median_us[7]).c_str(),
                   s.kernel.c_str());
+    if (sides.valid) {
+      std::printf("    by L2 side (kernels/common/l2_sides.h), the last block of side 0 / side 1, medians (us):\n");
+      std::printf("    %13s %13s %13s %13s %13s  %s\n", "released", "input", "main", "grid", "end", "kernel");
+      auto pair = [&](const ProbeSummary& s, int k) { return mk(s.side_median_us[0][k]) + "/" + mk(s.side_median_us[1][k]); };
+      for (const ProbeSummary& s : probe_summary(launches))
+        std::printf("    %13s %13s %13s %13s %13s  %s\n", pair(s, 0).c_str(), pair(s, 1).c_str(), pair(s, 2).c_str(),
+                    pair(s, 3).c_str(), pair(s, 4).c_str(), s.kernel.c_str());
+    }
   }
   if (!a.json.empty()) {
     nlohmann::json j = {{"gpu", prop.name},

@@ -17,13 +17,16 @@ double median(std::vector<double> v) {
 }  // namespace
 
 std::vector<ProbeLaunch> probe_launches(const std::vector<kern::WaitProbeRecord>& records,
-                                        const std::vector<cuda::KernelSpan>& spans) {
+                                        const std::vector<cuda::KernelSpan>& spans,
+                                        const std::vector<uint8_t>* sm_side) {
   struct Acc {
     uint64_t first_entry = UINT64_MAX, last_entry = 0, first_exit = UINT64_MAX, last_exit = 0;
     uint32_t blocks = 0, threads = 0;
     int records = 0;
     uint64_t mark_last[kern::kWaitProbeSlots] = {};
+    uint64_t side_last[2][kern::kWaitProbeSlots] = {};  // slot 0: wait exit
   };
+  auto side_of = [&](uint32_t smid) { return sm_side && smid < sm_side->size() ? int((*sm_side)[smid] != 0) : -1; };
   std::map<uint64_t, Acc> by_grid;
   uint64_t t0 = UINT64_MAX;
   for (const kern::WaitProbeRecord& r : records) {
@@ -38,11 +41,15 @@ std::vector<ProbeLaunch> probe_launches(const std::vector<kern::WaitProbeRecord>
     a.threads = r.threads;
     ++a.records;
     t0 = std::min(t0, r.entry_ns);
+    if (const int side = side_of(r.smid); side >= 0) a.side_last[side][0] = std::max(a.side_last[side][0], r.exit_ns);
   }
   for (const kern::WaitProbeRecord& r : records) {
     if (r.grid == 0 || r.tag == 0 || r.tag >= static_cast<uint32_t>(kern::kWaitProbeSlots)) continue;
     auto it = by_grid.find(r.grid);
-    if (it != by_grid.end()) it->second.mark_last[r.tag] = std::max(it->second.mark_last[r.tag], r.exit_ns);
+    if (it == by_grid.end()) continue;
+    it->second.mark_last[r.tag] = std::max(it->second.mark_last[r.tag], r.exit_ns);
+    if (const int side = side_of(r.smid); side >= 0)
+      it->second.side_last[side][r.tag] = std::max(it->second.side_last[side][r.tag], r.exit_ns);
   }
   std::vector<Acc> order;
   for (const auto& [grid, a] : by_grid) order.push_back(a);
@@ -70,6 +77,9 @@ std::vector<ProbeLaunch> probe_launches(const std::vector<kern::WaitProbeRecord>
     l.spread_us = l.last_exit_us - l.release_us;
     for (int k = 1; k < kern::kWaitProbeSlots; ++k)
       if (a.mark_last[k]) l.mark_last_us[k] = us(a.mark_last[k]) - l.release_us;
+    for (int side = 0; side < 2; ++side)
+      for (int k = 0; k < kern::kWaitProbeSlots; ++k)
+        if (a.side_last[side][k]) l.side_last_us[side][k] = us(a.side_last[side][k]) - l.release_us;
     out.push_back(l);
   }
   for (size_t i = 0; i + 1 < out.size(); ++i) out[i].advance_us = out[i + 1].release_us - out[i].release_us;
@@ -100,6 +110,13 @@ std::vector<ProbeSummary> probe_summary(const std::vector<ProbeLaunch>& launches
         if (l->mark_last_us[k] >= 0) m.push_back(l->mark_last_us[k]);
       if (!m.empty()) s.mark_median_us[k] = median(m);
     }
+    for (int side = 0; side < 2; ++side)
+      for (int k = 0; k < kern::kWaitProbeSlots; ++k) {
+        std::vector<double> m;
+        for (const ProbeLaunch* l : ls)
+          if (l->side_last_us[side][k] >= 0) m.push_back(l->side_last_us[side][k]);
+        if (!m.empty()) s.side_median_us[side][k] = median(m);
+      }
     out.push_back(s);
   }
   std::sort(out.begin(), out.end(),

@@ -2,6 +2,7 @@
 // Reading the wait probe's records (kernels/common/wait_probe.h) of one decode graph replay:
 // plain arithmetic, tested without a GPU. Where the CUPTI timeline (kernel_timeline.h) of the
 // same graph is at hand, its kernels name the probe's launches.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,12 +24,17 @@ struct ProbeLaunch {
   // Marks 1..7 (wait_probe.h: input ready, main loop done, grid-wide wait passed, end, steps): when the
   // last block set it, from the release; < 0 where the kernel sets no such mark.
   double mark_last_us[kern::kWaitProbeSlots] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  // With the SMs' L2 sides given (kernels/common/l2_sides.h): the same per side, slot 0 the side's
+  // last block out of its wait; -1 where that side set none.
+  double side_last_us[2][kern::kWaitProbeSlots] = {{-1, -1, -1, -1, -1, -1, -1, -1}, {-1, -1, -1, -1, -1, -1, -1, -1}};
 };
 
 // Launches in order of their first entry. `spans`: the timeline's kernels in start order (may be
-// empty); a launch takes the name of the next span with its grid and block sizes.
+// empty); a launch takes the name of the next span with its grid and block sizes. sm_side
+// (optional): each SM's L2 side, indexed by SM id (0 or 1).
 std::vector<ProbeLaunch> probe_launches(const std::vector<kern::WaitProbeRecord>& records,
-                                        const std::vector<cuda::KernelSpan>& spans);
+                                        const std::vector<cuda::KernelSpan>& spans,
+                                        const std::vector<uint8_t>* sm_side = nullptr);
 
 // By kernel name: launches, and the medians of advance, late and spread; the largest total
 // advance first.
@@ -37,6 +43,8 @@ struct ProbeSummary {
   int count = 0;
   double advance_total_us = 0, advance_median_us = 0, late_median_us = 0, spread_median_us = 0;
   double mark_median_us[kern::kWaitProbeSlots] = {-1, -1, -1, -1, -1, -1, -1, -1};  // medians of mark_last_us
+  double side_median_us[2][kern::kWaitProbeSlots] = {{-1, -1, -1, -1, -1, -1, -1, -1},
+                                                     {-1, -1, -1, -1, -1, -1, -1, -1}};  // of side_last_us
 };
 std::vector<ProbeSummary> probe_summary(const std::vector<ProbeLaunch>& launches);
 

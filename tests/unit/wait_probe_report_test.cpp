@@ -110,3 +110,33 @@ TEST_CASE("wait probe: every record as CSV, times from the earliest wait entry; 
   CHECK(lines == 1 + 7);  // header, six waits, one mark
 }
 }
+
+TEST_SUITE("unit.timeline") {
+TEST_CASE("wait probe: with the SMs' L2 sides, each side's last wait exit and marks, from the release") {
+  std::vector<WaitProbeRecord> r = sample();  // B (grid 3): blocks 0 and 1, exits 5.0 and 6.2 us
+  r[2].smid = 4;                              // B block 0 on side 0
+  r[3].smid = 9;                              // B block 1 on side 1
+  WaitProbeRecord m0 = rec(3, 0, 6500, 0, 2, 544), m1 = rec(3, 0, 7400, 1, 2, 544);
+  m0.tag = m1.tag = rs::kern::kProbeEnd;
+  m0.smid = 4;
+  m1.smid = 9;
+  r.push_back(m0);
+  r.push_back(m1);
+  std::vector<uint8_t> side(16, 0);
+  side[9] = 1;
+  const std::vector<ProbeLaunch> l = rs::bench::probe_launches(r, {}, &side);
+  REQUIRE(l.size() == 3);
+  CHECK(l[1].side_last_us[0][0] == doctest::Approx(4.0 - 4.0));  // side 0's block out at the release
+  CHECK(l[1].side_last_us[1][0] == doctest::Approx(5.2 - 4.0));
+  CHECK(l[1].side_last_us[0][rs::kern::kProbeEnd] == doctest::Approx(5.5 - 4.0));
+  CHECK(l[1].side_last_us[1][rs::kern::kProbeEnd] == doctest::Approx(6.4 - 4.0));
+  CHECK(l[1].side_last_us[1][rs::kern::kProbeMainDone] < 0);  // no such mark
+  CHECK(l[0].side_last_us[1][0] < 0);                          // A's blocks: SM 0, side 0 only
+  const auto s = rs::bench::probe_summary(l);
+  CHECK(s[0].kernel == "2x544");
+  CHECK(s[0].side_median_us[1][rs::kern::kProbeEnd] == doctest::Approx(2.4));
+  // Without sides, nothing per side.
+  const std::vector<ProbeLaunch> plain = rs::bench::probe_launches(r, {});
+  CHECK(plain[1].side_last_us[0][0] < 0);
+}
+}
