@@ -63,22 +63,13 @@ __device__ __forceinline__ void grid_count_arrive2(unsigned* a, unsigned* b) {
 
 // One thread of each CTA, after its wait on w[0] (arrivals): counts itself on w[1] (departures);
 // the last of the grid's CTAs to pass zeroes both words for the next launch (nobody reads w[0]
-// again in this one).
-__device__ __forceinline__ void grid_count_depart(unsigned* w) {
-  if (atomicAdd(w + 1, 1u) == gridDim.x - 1) {
-    w[0] = 0u;
-    w[1] = 0u;
-  }
-}
-
-// grid_count_depart for two arrival counters a[0], b[0]: departures counted on a[1]; the last
-// resets all three.
-__device__ __forceinline__ void grid_count_depart2(unsigned* a, unsigned* b) {
-  if (atomicAdd(a + 1, 1u) == gridDim.x - 1) {
-    a[0] = 0u;
-    b[0] = 0u;
-    a[1] = 0u;
-  }
+// again in this one) and returns true, so a caller with more arrival words (one per L2 side)
+// zeroes those too.
+__device__ __forceinline__ bool grid_count_depart(unsigned* w) {
+  if (atomicAdd(w + 1, 1u) != gridDim.x - 1) return false;
+  w[0] = 0u;
+  w[1] = 0u;
+  return true;
 }
 
 }  // namespace rs::kern

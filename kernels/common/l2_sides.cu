@@ -51,6 +51,7 @@ L2Sides measure() {
   }
   unsigned* base = reinterpret_cast<unsigned*>((reinterpret_cast<uintptr_t>(arena) + 4095) & ~uintptr_t(4095));
   std::vector<int> lat_h(size_t(kL2SideMaxSms) * kPages, 0x7fffffff);
+  // Zeroed once: the probe adds 0, so the pages are the zeroed counters they are used as after it.
   bool ok = cudaMemset(arena, 0, (kPages + 1) * kPageWords * 4) == cudaSuccess &&
             cudaMalloc(&lat_d, lat_h.size() * 4) == cudaSuccess &&
             cudaMemcpy(lat_d, lat_h.data(), lat_h.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess;
@@ -76,8 +77,7 @@ L2Sides measure() {
   if (ok) {
     for (int i = 0; i < kL2SideMaxSms; ++i) side_h[i] = static_cast<uint8_t>(map.sm_side[i] == 1);
     ok = cudaMalloc(&side_d, kL2SideMaxSms) == cudaSuccess &&
-         cudaMemcpy(side_d, side_h.data(), kL2SideMaxSms, cudaMemcpyHostToDevice) == cudaSuccess &&
-         cudaMemset(base, 0, kPages * kPageWords * 4) == cudaSuccess;
+         cudaMemcpy(side_d, side_h.data(), kL2SideMaxSms, cudaMemcpyHostToDevice) == cudaSuccess;
   }
   if (lat_d) cudaFree(lat_d);
   if (!ok) {

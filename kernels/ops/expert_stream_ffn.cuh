@@ -234,7 +234,7 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
     if (g.sided_sync[0]) {  // one counter homed on each L2 side, each block polling its own
       grid_count_arrive2(g.sided_sync[0], g.sided_sync[1]);
       grid_count_wait(g.sided_sync[l2_side], gridDim.x, "expert FFN, every block's h", -1);
-      grid_count_depart2(g.sided_sync[0], g.sided_sync[1]);
+      if (grid_count_depart(g.sided_sync[0])) g.sided_sync[1][0] = 0u;  // departures on side 0's words
     } else {
       grid_count_arrive(sync);
       grid_count_wait(sync, gridDim.x, "expert FFN, every block's h", -1);

@@ -33,6 +33,19 @@ __device__ __forceinline__ int warp_argmax(const float* v, int n) {
   return idx;
 }
 
+// One pick of the selection: its id and weight at index i of topk_ids / topk_weights, and of the
+// copies on each L2 side where they are set.
+__device__ __forceinline__ void router_store_pick(const MoeRouterParams& p, int64_t i, int32_t id, float w) {
+  p.topk_ids[i] = id;
+  p.topk_weights[i] = w;
+  if (p.topk_ids_side[0])
+#pragma unroll
+    for (int side = 0; side < 2; ++side) {
+      p.topk_ids_side[side][i] = id;
+      p.topk_weights_side[side][i] = w;
+    }
+}
+
 // Compact selection: softmax scoring without groups or bias, at most 64 experts (V2-Lite and the
 // V2-style routers). A lane holds experts lane and lane + 32 in registers; each of the top_k + 1
 // rounds is two redux.sync (the largest score as an order-preserving integer, then the lowest
@@ -101,14 +114,7 @@ __device__ __forceinline__ void router_select_compact(const MoeRouterParams& p, 
     float w = mine;
     if (p.normalize) w /= wsum + 1e-20f;
     if (!p.normalize || p.scale_after_normalize) w *= p.routed_scaling;
-    p.topk_ids[static_cast<int64_t>(t) * p.top_k + lane] = my_e;
-    p.topk_weights[static_cast<int64_t>(t) * p.top_k + lane] = w;
-    if (p.topk_ids_side[0])
-#pragma unroll
-      for (int side = 0; side < 2; ++side) {
-        p.topk_ids_side[side][static_cast<int64_t>(t) * p.top_k + lane] = my_e;
-        p.topk_weights_side[side][static_cast<int64_t>(t) * p.top_k + lane] = w;
-      }
+    router_store_pick(p, static_cast<int64_t>(t) * p.top_k + lane, my_e, w);
   }
   if (lane == 0 && p.margins) p.margins[t] = p.top_k < p.experts ? last - next : INFINITY;
   __syncwarp();
@@ -193,13 +199,7 @@ __device__ __forceinline__ void moe_router_select_warp(const MoeRouterParams& p,
     float w = score[sel[k]];
     if (p.normalize) w /= wsum + 1e-20f;
     if (!p.normalize || p.scale_after_normalize) w *= p.routed_scaling;
-    p.topk_ids[static_cast<int64_t>(t) * p.top_k + k] = sel[k];
-    p.topk_weights[static_cast<int64_t>(t) * p.top_k + k] = w;
-    if (p.topk_ids_side[0])
-      for (int side = 0; side < 2; ++side) {
-        p.topk_ids_side[side][static_cast<int64_t>(t) * p.top_k + k] = sel[k];
-        p.topk_weights_side[side][static_cast<int64_t>(t) * p.top_k + k] = w;
-      }
+    router_store_pick(p, static_cast<int64_t>(t) * p.top_k + k, sel[k], w);
   }
   if (lane == 0 && p.margins) p.margins[t] = fminf(group_margin, expert_margin);
   __syncwarp();

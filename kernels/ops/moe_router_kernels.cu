@@ -87,13 +87,14 @@ void launch_moe_router_fused(const LmHeadParams& lg, const MoeRouterParams& p, i
     const kern::L2Sides& sides = kern::l2_sides(false);
     const bool sided = g_router_l2_sides && sides.valid && p.n == 1 && norm && nin.residual && nin.out &&
                        kern::l2_sided_inputs_fit(lg.hidden, p.top_k);
-    if (sided)
+    if (sided) {
       for (int side = 0; side < 2; ++side) {
         pc.topk_ids_side[side] = kern::l2_side_ids(sides, side);
         pc.topk_weights_side[side] = kern::l2_side_weights(sides, side);
         nin.out_side[side] = static_cast<__nv_bfloat16*>(kern::l2_side_x(sides, side));
       }
-    if (sided) kern::l2_sided_inputs_mark(nin.out, pc.topk_ids, pc.topk_weights);
+      kern::l2_sided_inputs_mark(nin.out, pc.topk_ids, pc.topk_weights);
+    }
     switch (router_cluster_vecs(lg.hidden)) {
       case 1: launch_router_cluster<1>(lg, pc, smem, stream, nin); return;
       case 2: launch_router_cluster<2>(lg, pc, smem, stream, nin); return;

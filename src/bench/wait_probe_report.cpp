@@ -14,6 +14,13 @@ double median(std::vector<double> v) {
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+// The replay's time origin: the earliest wait entry.
+uint64_t probe_t0(const std::vector<kern::WaitProbeRecord>& records) {
+  uint64_t t0 = UINT64_MAX;
+  for (const kern::WaitProbeRecord& r : records)
+    if (r.grid != 0 && r.tag == 0) t0 = std::min(t0, r.entry_ns);
+  return t0;
+}
 }  // namespace
 
 std::vector<ProbeLaunch> probe_launches(const std::vector<kern::WaitProbeRecord>& records,
@@ -28,7 +35,7 @@ std::vector<ProbeLaunch> probe_launches(const std::vector<kern::WaitProbeRecord>
   };
   auto side_of = [&](uint32_t smid) { return sm_side && smid < sm_side->size() ? int((*sm_side)[smid] != 0) : -1; };
   std::map<uint64_t, Acc> by_grid;
-  uint64_t t0 = UINT64_MAX;
+  const uint64_t t0 = probe_t0(records);
   for (const kern::WaitProbeRecord& r : records) {
     if (r.grid == 0 || r.tag >= static_cast<uint32_t>(kern::kWaitProbeSlots)) continue;  // a mark slot never set
     if (r.tag > 0) continue;  // marks after their grid's waits, below
@@ -40,7 +47,6 @@ std::vector<ProbeLaunch> probe_launches(const std::vector<kern::WaitProbeRecord>
     a.blocks = r.blocks;
     a.threads = r.threads;
     ++a.records;
-    t0 = std::min(t0, r.entry_ns);
     if (const int side = side_of(r.smid); side >= 0) a.side_last[side][0] = std::max(a.side_last[side][0], r.exit_ns);
   }
   for (const kern::WaitProbeRecord& r : records) {
@@ -104,19 +110,18 @@ std::vector<ProbeSummary> probe_summary(const std::vector<ProbeLaunch>& launches
     s.advance_median_us = median(adv);
     s.late_median_us = median(late);
     s.spread_median_us = median(spread);
-    for (int k = 1; k < kern::kWaitProbeSlots; ++k) {
+    // The median over the launches that set a mark (< 0: none set it).
+    auto median_set = [&](auto mark) {
       std::vector<double> m;
       for (const ProbeLaunch* l : ls)
-        if (l->mark_last_us[k] >= 0) m.push_back(l->mark_last_us[k]);
-      if (!m.empty()) s.mark_median_us[k] = median(m);
-    }
+        if (mark(*l) >= 0) m.push_back(mark(*l));
+      return m.empty() ? -1.0 : median(m);
+    };
+    for (int k = 1; k < kern::kWaitProbeSlots; ++k)
+      s.mark_median_us[k] = median_set([k](const ProbeLaunch& l) { return l.mark_last_us[k]; });
     for (int side = 0; side < 2; ++side)
-      for (int k = 0; k < kern::kWaitProbeSlots; ++k) {
-        std::vector<double> m;
-        for (const ProbeLaunch* l : ls)
-          if (l->side_last_us[side][k] >= 0) m.push_back(l->side_last_us[side][k]);
-        if (!m.empty()) s.side_median_us[side][k] = median(m);
-      }
+      for (int k = 0; k < kern::kWaitProbeSlots; ++k)
+        s.side_median_us[side][k] = median_set([side, k](const ProbeLaunch& l) { return l.side_last_us[side][k]; });
     out.push_back(s);
   }
   std::sort(out.begin(), out.end(),
@@ -142,9 +147,7 @@ std::string probe_csv(const std::vector<ProbeLaunch>& launches) {
 }
 
 std::string probe_records_csv(const std::vector<kern::WaitProbeRecord>& records) {
-  uint64_t t0 = UINT64_MAX;
-  for (const kern::WaitProbeRecord& r : records)
-    if (r.grid != 0 && r.tag == 0) t0 = std::min(t0, r.entry_ns);
+  const uint64_t t0 = probe_t0(records);
   auto us = [&](uint64_t t) { return (static_cast<double>(t) - static_cast<double>(t0)) / 1000.0; };
   std::string s = "grid,block,smid,tag,entry_us,exit_us\n";
   char buf[160];
