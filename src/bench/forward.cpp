@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "bench/bench_commands.h"
+#include "bench/routing_carry_over.h"
 #include "bench/timeline_report.h"
 #include "bench/wait_probe_report.h"
 #include "kernels/common/l2_sides.h"
@@ -34,6 +35,7 @@ struct ForwardArgs {
   int batch = 1, context = 1024, tokens = 0, iters = 20, warmup = 3;
   uint64_t seed = 0;
   bool ablate = false;
+  bool repeat_step = false;
   std::string timeline;  // CSV of one decode graph replay's kernels (CUPTI)
   std::string wait_probe;  // CSV of one decode graph replay's PDL waits (a RS_WAIT_PROBE build)
   std::string wait_probe_blocks;  // and every block's record of that replay
@@ -145,13 +147,14 @@ void run_forward(const ForwardArgs& a) {
     params[b].temperature = 0.0f;  // greedy: the sampler kernel still runs every step
   }
   std::vector<double> ms;
+  std::vector<std::vector<int32_t>> prev_routing;  // the step before the last one's (one token)
   for (int it = 0; it < steps; ++it) {
     Batch batch;
     for (int b = 0; b < a.batch; ++b) {
       SeqStep s;
       s.seq_id = uint64_t(b);
       s.tokens = toks[b];
-      s.start_pos = a.phase == "decode" ? a.context - 1 + it : a.context - T;
+      s.start_pos = a.phase == "decode" ? a.context - 1 + (a.repeat_step ? 0 : it) : a.context - T;
       s.block_table = tables[b];
       s.sample = true;
       s.sampling.params = &params[b];
@@ -161,9 +164,11 @@ void run_forward(const ForwardArgs& a) {
     std::vector<SeqResult> r = backend->execute(batch);
     const double dt = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
     if (it >= a.warmup) ms.push_back(dt);
-    if (a.phase == "decode")
+    if (a.phase == "decode" && !a.repeat_step)
       for (int b = 0; b < a.batch; ++b)
         if (r[b].token) toks[b][0] = r[b].token->id;
+    // (a device read between two timed steps, outside both)
+    if (a.phase == "decode" && it == steps - 2) prev_routing = cuda_last_step_traffic(*backend).first_row_routing;
   }
   const CudaStepTraffic traffic = cuda_last_step_traffic(*backend);
   const double med = percentile(ms, 0.5), p90 = percentile(ms, 0.9);
@@ -192,6 +197,13 @@ void run_forward(const ForwardArgs& a) {
               100.0 * achieved / copy_bw, copy_bw / 1e12);
   std::printf("  roofline          %.1f tokens/s (bytes per step / copy bandwidth) -> %.1f%% of roofline\n",
               roofline_tok_s, 100.0 * tok_s / roofline_tok_s);
+  if (!prev_routing.empty() && !traffic.first_row_routing.empty() && !traffic.first_row_routing[0].empty()) {
+    const int k = int(traffic.first_row_routing[0].size());
+    std::printf("  routing repeated  of the previous step's first 1 / 2 / %d experts a layer (row 0): %.0f%% / %.0f%% / %.0f%%\n",
+                k, 100.0 * routing_carry_over(prev_routing, traffic.first_row_routing, 1),
+                100.0 * routing_carry_over(prev_routing, traffic.first_row_routing, 2),
+                100.0 * routing_carry_over(prev_routing, traffic.first_row_routing, k));
+  }
   if (!mk.profile.empty()) std::printf("%s", mk.profile.c_str());
   nlohmann::json ablation = nlohmann::json::array();
   if (a.ablate) {
@@ -320,6 +332,9 @@ void add_forward(CLI::App& bench) {
   cmd->add_option("--warmup", a->warmup, "untimed steps first (graph capture happens here)")->default_val(3);
   cmd->add_option("--seed", a->seed, "dummy weight seed")->default_val(0);
   cmd->add_option("--json", a->json, "also write the figures to this file");
+  cmd->add_flag("--repeat-step", a->repeat_step,
+                "decode, a measurement aid: every step decodes the same token at the same position, so each "
+                "layer's routing repeats exactly (what a perfect routing prediction would see)");
   cmd->add_flag("--ablate", a->ablate,
                 "decode: also print each kernel's in-graph cost (its graph nodes disabled in turn)");
   cmd->add_option("--timeline", a->timeline,

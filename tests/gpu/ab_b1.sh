@@ -9,6 +9,7 @@
 #             a value's own commas written as '+' (RS_CARVEOUT=gemv=100+experts=100)
 #   QUANTS    "bf16 fp8" (default)   ROUNDS 3 (default)   TIMELINE 1 (default) or 0
 #   SUITES    gpu.* suites to run first, e.g. "gpu.cuda gpu.experts" (default none)
+#   BENCH_ARGS more `bench forward` arguments for every run, e.g. "--repeat-step" (default none)
 #   OUT       logs (default /tmp/ab-b1)
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -41,7 +42,7 @@ for _ in $(seq 1 "${ROUNDS:-3}"); do
     for q in $QUANTS; do
       # shellcheck disable=SC2046  # the variant's switches and the quantization flag split on purpose
       env $(env_of "$v") timeout 120 "$RS" bench forward --config "$CFG" --load-format dummy --phase decode \
-        --batch 1 --context 1024 --iters 60 $(quant_args "$q") --json "$O/step.json" > "$O/step.log" 2>&1 ||
+        --batch 1 --context 1024 --iters 60 $(quant_args "$q") ${BENCH_ARGS:-} --json "$O/step.json" > "$O/step.log" 2>&1 ||
         { echo "bench ${v%%:*} $q failed"; tail -5 "$O/step.log"; }
       m=$(python3 -c "import json;print('%.3f'%json.load(open('$O/step.json'))['median_ms'])" 2>/dev/null)
       MEDIANS[$v/$q]="${MEDIANS[$v/$q]:-} ${m:-?}"
@@ -55,7 +56,7 @@ if [ "${TIMELINE:-1}" = 1 ]; then
     for q in $QUANTS; do
       # shellcheck disable=SC2046
       env $(env_of "$v") timeout 120 "$RS" bench forward --config "$CFG" --load-format dummy --phase decode \
-        --batch 1 --context 1024 --iters 5 --timeline "$O/timeline.csv" $(quant_args "$q") > "$O/timeline_${v%%:*}_$q.log" 2>&1
+        --batch 1 --context 1024 --iters 5 --timeline "$O/timeline.csv" $(quant_args "$q") ${BENCH_ARGS:-} > "$O/timeline_${v%%:*}_$q.log" 2>&1
       echo "== timeline ${v%%:*} $q"
       sed -n '/kernel timeline/,$p' "$O/timeline_${v%%:*}_$q.log" | head -16
     done

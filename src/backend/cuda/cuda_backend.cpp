@@ -154,6 +154,7 @@ class CudaBackend final : public Backend {
       for (int l = 0; l < spec_.num_hidden_layers; ++l) {
         if (!spec_.is_moe_layer(l)) continue;
         RS_CUDA(cudaMemcpy(ids.data(), pass_->topk_ids(l), ids.size() * 4, cudaMemcpyDeviceToHost));
+        t.first_row_routing.emplace_back(ids.begin(), ids.begin() + k);
         std::set<int32_t> distinct(ids.begin(), ids.end());
         experts += double(distinct.size());
         expert_bytes += uint64_t(distinct.size()) * wb.per_expert;

@@ -23,6 +23,7 @@ struct CudaStepTraffic {
   uint64_t weight_bytes = 0;
   uint64_t kv_bytes = 0;
   double experts_per_moe_layer = 0;  // distinct routed experts touched, averaged over MoE layers
+  std::vector<std::vector<int32_t>> first_row_routing;  // per MoE layer: the step's first row's top-k ids
 };
 // Throws rs::Error if `b` is not the CUDA backend. Reads the last step's routing from the device.
 CudaStepTraffic cuda_last_step_traffic(Backend& b);
