@@ -6,7 +6,8 @@ namespace rs::cuda {
 
 // One row per call; threads of the block stride over the hidden dimension, 8 elements a step.
 __device__ __forceinline__ void embed_row(const EmbedParams& p, int row) {
-  const int64_t tok = p.tokens[row];
+  const int32_t t = p.tokens[row];
+  const int64_t tok = t >= 0 ? t : p.chained[-t - 1];
   const uint4* src = reinterpret_cast<const uint4*>(p.table + tok * p.hidden);
   float* dst = p.residual + static_cast<int64_t>(row) * p.hidden;
   for (int i = threadIdx.x; i < p.hidden / 8; i += blockDim.x) {

@@ -10,6 +10,9 @@ namespace rs::cuda {
 struct EmbedParams {
   const __nv_bfloat16* table = nullptr;  // [vocab, hidden]
   const int32_t* tokens = nullptr;       // [n], validated against vocab on the host
+  // A chained decode step's rows hold -(k + 1): the token the sampler wrote to chained[k] in the
+  // step before, read here on the device so that the step could be launched before it was known.
+  const int32_t* chained = nullptr;
   float* residual = nullptr;             // [n, hidden]
   int n = 0, hidden = 0;
 };

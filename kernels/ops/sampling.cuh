@@ -321,7 +321,11 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
   // logprobs from the raw logits (log-sum-exp from the pre-pass)
   const float lse = row_stats.lse;
   SampleResult* out = p.out + b;
-  if (threadIdx.x == 0) { out->id = chosen; out->logprob = raw[chosen] - lse; }
+  if (threadIdx.x == 0) {
+    out->id = chosen;
+    out->logprob = raw[chosen] - lse;
+    if (p.ids) p.ids[b] = chosen;  // on the device too, for a chained next step's embedding
+  }
   const int ntop = min(r.logprobs, kMaxTopLogprobs);
   __shared__ int taken[kMaxTopLogprobs];
   for (int k = 0; k < ntop; ++k) {

@@ -54,6 +54,7 @@ struct SamplingParamsDev {
   int32_t* flags = nullptr;         // [n, vocab] zero before and after the kernel
   int32_t* counts = nullptr;        // [n, vocab] zero before and after the kernel
   SampleResult* out = nullptr;      // [n]
+  int32_t* ids = nullptr;           // [n] the chosen ids again, in device memory (optional)
   LogitStats* stats = nullptr;      // [n, logit_stats_segments(vocab)] scratch
 };
 constexpr int kSamplingThreads = 1024;

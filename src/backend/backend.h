@@ -23,6 +23,9 @@ struct SeqStep {
   std::span<const int32_t> block_table;  // KV blocks covering [0, start_pos + tokens.size())
   bool sample = false;                   // sample the token after the last one (not for a mid-prompt chunk)
   bool return_logits = false;            // fp32 logits for every token of this step (teacher forcing)
+  // Chained decode: tokens holds one placeholder, and the token is the one this sequence sampled
+  // in the step launched just before this one (read where it was sampled: on a GPU, on the GPU).
+  bool token_from_previous = false;
   SamplingState sampling;
 };
 
@@ -53,6 +56,20 @@ class Backend {
   // One forward step over a mixed batch. Never throws for a request's content; throws rs::Error
   // only when the backend itself is broken.
   virtual std::vector<SeqResult> execute(const Batch& batch) = 0;
+
+  // The same step in two halves, so that the host can prepare and launch step N + 1 while the
+  // device still runs step N: launch() enqueues a step, collect() waits for the oldest launched
+  // one and returns its results. At most two launched steps are uncollected at a time. A step's
+  // SeqSteps with token_from_previous take their token from the step launched just before.
+  // The defaults run the whole step inside launch() (execute), so every backend takes chained
+  // steps; overlaps_steps() says whether launch() returns before the step has run.
+  virtual void launch(const Batch& batch);
+  virtual std::vector<SeqResult> collect();
+  virtual bool overlaps_steps() const { return false; }
+
+ private:
+  std::vector<std::vector<SeqResult>> uncollected_;         // the defaults' results, oldest first
+  std::vector<std::pair<uint64_t, int32_t>> last_sampled_;  // (seq_id, token) of the last launch
 };
 
 struct BackendOptions {

@@ -22,8 +22,11 @@ void validate_batch(const Batch& batch, const KvConfig& kv, int vocab_size, int6
     for (int64_t b = 0; b < (end + kv.block_size - 1) / kv.block_size; ++b)
       if (s.block_table[b] < 0 || s.block_table[b] >= kv.num_blocks)
         throw Error(at + "block id " + std::to_string(s.block_table[b]) + " out of range");
-    for (int32_t tok : s.tokens)
-      if (tok < 0 || tok >= vocab_size) throw Error(at + "token id " + std::to_string(tok) + " out of range");
+    if (s.token_from_previous && s.tokens.size() != 1)
+      throw Error(at + "a chained step (token from the previous step) decodes exactly one token");
+    if (!s.token_from_previous)  // a chained step's one token is a placeholder
+      for (int32_t tok : s.tokens)
+        if (tok < 0 || tok >= vocab_size) throw Error(at + "token id " + std::to_string(tok) + " out of range");
     if (s.sample && s.tokens.empty()) throw Error(at + "sample requested with no tokens");
   }
   for (auto [src, dst] : batch.block_copies)

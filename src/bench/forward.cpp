@@ -36,6 +36,7 @@ struct ForwardArgs {
   uint64_t seed = 0;
   bool ablate = false;
   bool repeat_step = false;
+  bool no_overlap = false;  // decode: each step read before the next is launched
   std::string timeline;  // CSV of one decode graph replay's kernels (CUPTI)
   std::string wait_probe;  // CSV of one decode graph replay's PDL waits (a RS_WAIT_PROBE build)
   std::string wait_probe_blocks;  // and every block's record of that replay
@@ -125,7 +126,12 @@ void run_forward(const ForwardArgs& a) {
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
 
   const int block = 16;
-  const int steps = a.warmup + a.iters;
+  // Decode steps overlapped as the engine runs them (EngineConfig::overlap_steps): step it + 1 is
+  // launched, its token taken on the device from step it's sample, before step it is read; a
+  // step's time is then the interval between two reads. --no-overlap: launch, read, launch.
+  // Overlapped, two more steps run than are timed: the last two (below).
+  const bool overlap = a.phase == "decode" && !a.no_overlap;
+  const int steps = a.warmup + a.iters + (overlap ? 2 : 0);
   const int max_len = a.context + (a.phase == "decode" ? steps : 0) + 1;
   const int blocks_per_seq = (max_len + block - 1) / block;
   KvConfig kv;
@@ -148,27 +154,58 @@ void run_forward(const ForwardArgs& a) {
   }
   std::vector<double> ms;
   std::vector<std::vector<int32_t>> prev_routing;  // the step before the last one's (one token)
-  for (int it = 0; it < steps; ++it) {
+  auto batch_for = [&](int it, bool chained) {
     Batch batch;
     for (int b = 0; b < a.batch; ++b) {
       SeqStep s;
       s.seq_id = uint64_t(b);
       s.tokens = toks[b];
+      s.token_from_previous = chained && !a.repeat_step;
       s.start_pos = a.phase == "decode" ? a.context - 1 + (a.repeat_step ? 0 : it) : a.context - T;
       s.block_table = tables[b];
       s.sample = true;
       s.sampling.params = &params[b];
       batch.seqs.push_back(s);
     }
-    const auto t0 = clock::now();
-    std::vector<SeqResult> r = backend->execute(batch);
-    const double dt = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-    if (it >= a.warmup) ms.push_back(dt);
+    return batch;
+  };
+  auto read = [&](const std::vector<SeqResult>& r) {
     if (a.phase == "decode" && !a.repeat_step)
       for (int b = 0; b < a.batch; ++b)
         if (r[b].token) toks[b][0] = r[b].token->id;
-    // (a device read between two timed steps, outside both)
-    if (a.phase == "decode" && it == steps - 2) prev_routing = cuda_last_step_traffic(*backend).first_row_routing;
+  };
+  if (!overlap) {
+    for (int it = 0; it < steps; ++it) {
+      const Batch batch = batch_for(it, false);
+      const auto t0 = clock::now();
+      std::vector<SeqResult> r = backend->execute(batch);
+      const double dt = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+      if (it >= a.warmup) ms.push_back(dt);
+      read(r);
+      // (a device read between two timed steps, outside both)
+      if (a.phase == "decode" && it == steps - 2) prev_routing = cuda_last_step_traffic(*backend).first_row_routing;
+    }
+  } else {
+    backend->launch(batch_for(0, false));
+    auto t_prev = clock::now();
+    for (int it = 1; it <= steps; ++it) {
+      // The routing of step steps - 2 (the device then holds the last launched step's), read
+      // while nothing else is in flight; the interval it falls in is not timed.
+      const bool probe = it == steps - 1;
+      if (probe) {
+        read(backend->collect());
+        prev_routing = cuda_last_step_traffic(*backend).first_row_routing;
+        backend->launch(batch_for(it, false));
+        t_prev = clock::now();
+        continue;
+      }
+      if (it < steps) backend->launch(batch_for(it, true));
+      read(backend->collect());
+      const auto now = clock::now();
+      // Step steps - 1 ran alone (nothing launched behind it): not timed either.
+      if (it - 1 >= a.warmup && it < steps) ms.push_back(std::chrono::duration<double, std::milli>(now - t_prev).count());
+      t_prev = now;
+    }
   }
   const CudaStepTraffic traffic = cuda_last_step_traffic(*backend);
   const double med = percentile(ms, 0.5), p90 = percentile(ms, 0.9);
@@ -188,7 +225,10 @@ void run_forward(const ForwardArgs& a) {
                            : a.batch == 1 ? "per-op kernels in a CUDA graph (megakernel off" +
                                                 (mk.off_reason.empty() ? std::string(")") : ": " + mk.off_reason + ")")
                                           : "per-op kernels in a CUDA graph";
-  std::printf("  step path         %s\n", path.c_str());
+  std::printf("  step path         %s%s\n", path.c_str(),
+              a.phase != "decode" ? ""
+              : overlap           ? "; steps overlapped (the next launched before this one is read)"
+                                  : "; steps not overlapped (--no-overlap)");
   std::printf("  step time         median %.3f ms   p90 %.3f ms\n", med, p90);
   std::printf("  throughput        %.1f tokens/s\n", tok_s);
   std::printf("  read per step     weights %.3f GB (%.1f routed experts/MoE layer) + KV %.3f GB\n",
@@ -299,6 +339,7 @@ void run_forward(const ForwardArgs& a) {
                         {"median_ms", med},
                         {"p90_ms", p90},
                         {"step_path", path},
+                        {"steps_overlapped", overlap},
                         {"tokens_per_s", tok_s},
                         {"weight_bytes", traffic.weight_bytes},
                         {"kv_bytes", traffic.kv_bytes},
@@ -335,6 +376,9 @@ void add_forward(CLI::App& bench) {
   cmd->add_flag("--repeat-step", a->repeat_step,
                 "decode, a measurement aid: every step decodes the same token at the same position, so each "
                 "layer's routing repeats exactly (what a perfect routing prediction would see)");
+  cmd->add_flag("--no-overlap", a->no_overlap,
+                "decode: read each step's tokens before launching the next (default: the next step is launched "
+                "first, its tokens taken from this one's on the device, as the engine steps)");
   cmd->add_flag("--ablate", a->ablate,
                 "decode: also print each kernel's in-graph cost (its graph nodes disabled in turn)");
   cmd->add_option("--timeline", a->timeline,

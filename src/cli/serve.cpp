@@ -46,6 +46,7 @@ struct ServeOptions {
   server::ServerConfig http;
   int max_logprobs = 20;
   std::string chat_template;  // file path or literal Jinja text (vLLM's --chat-template)
+  bool overlap_steps = true;  // --no-overlap-steps: EngineConfig::overlap_steps = 0
 };
 
 uint64_t parse_bytes(const std::string& s) {
@@ -188,6 +189,7 @@ LoadedModel load_model(const ServeOptions& o) {
 int run_serve(ServeOptions o) {
   SignalWatcher signals;
   if (!o.kv_cache_memory.empty()) o.engine.kv_budget_bytes = parse_bytes(o.kv_cache_memory);
+  if (!o.overlap_steps) o.engine.overlap_steps = 0;
   o.http.sse_keepalive = std::chrono::milliseconds(int64_t(o.sse_keepalive_s * 1000));
   // Each running or waiting request holds an HTTP worker (its response waits on the engine), so
   // by default the pool covers max_num_seqs + max_queued_requests plus room for quick calls:
@@ -277,6 +279,9 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--max-queued-requests", o->engine.max_queued_requests, "waiting requests before 429")->capture_default_str();
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->engine.enable_prefix_caching,
                 "reuse KV blocks of shared prompt prefixes (default on)");
+  cmd->add_flag("!--no-overlap-steps", o->overlap_steps,
+                "read each step's results before launching the next (default on a GPU: the next decode step is "
+                "launched first, its tokens taken from the step in flight on the device)");
   cmd->add_option("--block-size", o->engine.block_size, "tokens per KV block")->capture_default_str();
   cmd->add_option("--num-kv-blocks", o->engine.num_kv_blocks, "KV blocks (0: from --kv-cache-memory or the backend)");
   cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache budget, e.g. 2GiB");

@@ -83,6 +83,11 @@ struct EngineConfig {
   int max_num_batched_tokens = 2048;
   int max_queued_requests = 1024;
   bool enable_prefix_caching = true;
+  // Overlapped steps: while the backend runs a step whose every sequence decodes on, the next
+  // step is launched with each sequence's token taken from the step in flight (on the device), and
+  // the results of the first are processed while the second runs. -1: where the backend's launch
+  // returns before its step has run (CUDA); 0: never; 1: always (tests drive it on the CPU).
+  int overlap_steps = -1;
 };
 
 struct EngineStats {
@@ -92,6 +97,7 @@ struct EngineStats {
   uint64_t prompt_tokens = 0, generation_tokens = 0;
   uint64_t preemptions = 0;
   uint64_t requests_finished = 0;
+  uint64_t overlapped_steps = 0;  // steps launched before the step ahead of them was read
 };
 
 // Thrown by submit when max_queued_requests are waiting (HTTP 429).

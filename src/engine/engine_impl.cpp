@@ -76,7 +76,17 @@ class EngineImpl final : public Engine {
   void run();
   void admit(std::unique_ptr<Request> r);
   void handle_cancellations(bool cancel_all);
+  // A launched step whose results are not processed yet (overlapped stepping).
+  struct InFlight {
+    std::vector<ScheduledSeq> seqs;
+    std::vector<char> return_logits;
+  };
   void step();
+  // The in-flight step's sequences all decode on and nothing else waits: the next step can be
+  // launched before its results are read.
+  bool chainable(const InFlight& f) const;
+  std::optional<InFlight> launch_chained(const InFlight& f);
+  void finish_step(const InFlight& f);
   void on_sampled(Sequence* seq, const SampledToken& tok, Clock::time_point now);
   void record_prompt_logprobs(Request* r, int start_pos, int num_tokens, const std::vector<float>& logits);
   void finish_seq(Sequence* seq, SeqState state, FinishReason reason, RequestEvent ev);
@@ -98,6 +108,8 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Scheduler> sched_;
   std::map<uint64_t, std::unique_ptr<Request>> live_;  // engine thread only
   uint64_t next_seq_id_ = 1;
+  bool overlap_ = false;
+  std::optional<InFlight> inflight_;
 
   std::shared_ptr<EngineInbox> inbox_;
   std::deque<std::unique_ptr<Request>> submitted_;  // guarded by inbox_->mu
@@ -111,7 +123,7 @@ class EngineImpl final : public Engine {
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;
-  uint64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
+  uint64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0, overlapped_total_ = 0;
 };
 
 EngineImpl::EngineImpl(std::unique_ptr<Backend> backend, const Tokenizer* tok, const EngineConfig& cfg)
@@ -156,6 +168,7 @@ EngineImpl::EngineImpl(std::unique_ptr<Backend> backend, const Tokenizer* tok, c
 
   pool_ = std::make_unique<KvBlockPool>(num_blocks_, cfg_.block_size, cfg_.enable_prefix_caching);
   sched_ = std::make_unique<Scheduler>(SchedulerConfig{cfg_.max_num_seqs, cfg_.max_num_batched_tokens}, *pool_);
+  overlap_ = cfg_.overlap_steps > 0 || (cfg_.overlap_steps < 0 && backend_->overlaps_steps());
   stats_.kv_blocks_total = num_blocks_;
   thread_ = std::thread([this] { run(); });
 }
@@ -227,7 +240,8 @@ void EngineImpl::run() {
     {
       std::unique_lock<std::mutex> lk(inbox_->mu);
       inbox_->cv.wait(lk, [&] {
-        return stop_ || cancel_all_ || !submitted_.empty() || inbox_->cancel_pending || sched_->has_work();
+        return stop_ || cancel_all_ || !submitted_.empty() || inbox_->cancel_pending || sched_->has_work() ||
+               inflight_.has_value();
       });
       incoming.swap(submitted_);
       if (!incoming.empty()) {
@@ -244,11 +258,18 @@ void EngineImpl::run() {
     try {
       for (auto& r : incoming) admit(std::move(r));
       handle_cancellations(cancel_all);
-      if (sched_->has_work()) step();
+      if (sched_->has_work() || inflight_) step();
       retire_finished();
     } catch (const std::exception& e) {
       // A bug in the engine itself: fail everything in flight rather than die or hang.
       std::fprintf(stderr, "rackserve engine: internal error: %s\n", e.what());
+      if (inflight_) {
+        inflight_.reset();
+        try {
+          backend_->collect();
+        } catch (const std::exception&) {
+        }
+      }
       for (auto& [id, r] : live_) fail_request(r.get(), std::string("internal engine error: ") + e.what());
       retire_finished();
     }
@@ -333,6 +354,16 @@ void EngineImpl::fail_request(Request* r, const std::string& message) {
 }
 
 void EngineImpl::step() {
+  if (inflight_) {
+    // Launch the next step first (when it can be chained), then read the one in flight: the host
+    // work of its results (detokenising, stop strings, events) runs while the device computes.
+    std::optional<InFlight> next;
+    if (overlap_ && chainable(*inflight_)) next = launch_chained(*inflight_);
+    InFlight done = std::move(*inflight_);
+    inflight_ = std::move(next);
+    finish_step(done);
+    return;
+  }
   StepPlan plan = sched_->schedule();
   // The backend call can be long: what it runs counts as running, and what is left as waiting,
   // for submit()'s queue bound and /metrics while it does.
@@ -347,6 +378,8 @@ void EngineImpl::step() {
   Batch batch;
   batch.block_copies = plan.block_copies;
   batch.seqs.reserve(plan.seqs.size());
+  InFlight f;
+  f.seqs = plan.seqs;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& sc = plan.seqs[i];
     Sequence* s = sc.seq;
@@ -368,27 +401,106 @@ void EngineImpl::step() {
       json_masker_->allowed(*s->json, s->allowed);
       st.sampling.allowed = s->allowed;
     }
+    f.return_logits.push_back(st.return_logits);
     batch.seqs.push_back(st);
   }
-
-  std::vector<SeqResult> results;
   try {
-    results = backend_->execute(batch);
-    if (results.size() != batch.seqs.size())
-      throw Error("backend returned " + std::to_string(results.size()) + " results for " +
-                  std::to_string(batch.seqs.size()) + " sequences");
+    backend_->launch(batch);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rackserve engine: backend step failed: %s\n", e.what());
     for (const auto& sc : plan.seqs) fail_request(sc.seq->request, std::string("backend error: ") + e.what());
     return;
   }
+  if (overlap_ && chainable(f)) {
+    inflight_ = std::move(f);  // the next step() launches its successor before reading it
+    return;
+  }
+  finish_step(f);
+}
+
+bool EngineImpl::chainable(const InFlight& f) const {
+  // Exactly the running sequences, each sampling its next token in f, and nobody waiting to be
+  // admitted (a waiting request is scheduled at the next sync, one step later at most).
+  if (!sched_->waiting().empty() || f.seqs.size() != sched_->running().size()) return false;
+  for (const ScheduledSeq& sc : f.seqs) {
+    const Sequence* s = sc.seq;
+    const Request* r = s->request;
+    const GenerationRequest& g = r->req;
+    if (!sc.sample || is_terminal(s->state) || s->awaiting_fork) return false;
+    if (std::find(sched_->running().begin(), sched_->running().end(), s) == sched_->running().end()) return false;
+    // What the host must see before the next sample: the token itself for JSON's grammar and the
+    // output counts of the penalties; a cancel is taken at the next sync.
+    if (s->json || r->channel->cancel_requested()) return false;
+    for (const SamplingParams* p : {&s->sampling, &s->sampling_min})
+      if (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) return false;
+    if (g.prompt_logprobs && !r->prompt_logprobs_done) return false;
+    // After f's token the sequence must have room for one more, or chaining only wastes a step.
+    const int outputs_after = static_cast<int>(s->output_tokens.size()) + 1;
+    const int tokens_after = static_cast<int>(s->tokens.size()) + 1;
+    if (outputs_after >= g.max_tokens || tokens_after >= max_model_len_) return false;
+  }
+  return true;
+}
+
+std::optional<EngineImpl::InFlight> EngineImpl::launch_chained(const InFlight& f) {
+  static const int32_t kPlaceholder = 0;
+  Batch batch;
+  InFlight next;
+  for (const ScheduledSeq& sc : f.seqs) {
+    Sequence* s = sc.seq;
+    const Request* r = s->request;
+    // f computes up to position num_computed + num_tokens - 1 and samples the token for the next.
+    const int pos = s->num_computed + sc.num_tokens;
+    if (!sched_->reserve_position(s, pos)) return std::nullopt;  // blocks are tight: sync instead
+    SeqStep st;
+    st.seq_id = s->seq_id;
+    st.tokens = std::span<const int32_t>(&kPlaceholder, 1);
+    st.token_from_previous = true;
+    st.start_pos = pos;
+    st.block_table = s->block_table;
+    st.sample = true;
+    const size_t outputs = s->output_tokens.size() + 1;  // f's token counted
+    st.sampling.params = static_cast<int>(outputs) < r->req.min_tokens ? &s->sampling_min : &s->sampling;
+    st.sampling.prompt_tokens = r->req.prompt;
+    st.sampling.draw_index = outputs;
+    batch.seqs.push_back(st);
+    next.seqs.push_back(ScheduledSeq{s, 1, true});
+    next.return_logits.push_back(0);
+  }
+  try {
+    backend_->launch(batch);
+  } catch (const std::exception& e) {
+    // Not the requests' fault, and f is still to be read: fall back to stepping in sync.
+    std::fprintf(stderr, "rackserve engine: chained step not launched: %s\n", e.what());
+    return std::nullopt;
+  }
+  ++overlapped_total_;
+  return next;
+}
+
+void EngineImpl::finish_step(const InFlight& f) {
+  std::vector<SeqResult> results;
+  try {
+    results = backend_->collect();
+    if (results.size() != f.seqs.size())
+      throw Error("backend returned " + std::to_string(results.size()) + " results for " +
+                  std::to_string(f.seqs.size()) + " sequences");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rackserve engine: backend step failed: %s\n", e.what());
+    for (const auto& sc : f.seqs)
+      if (!is_terminal(sc.seq->state)) fail_request(sc.seq->request, std::string("backend error: ") + e.what());
+    return;
+  }
 
   const auto now = Clock::now();
-  for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    const ScheduledSeq& sc = plan.seqs[i];
+  for (size_t i = 0; i < f.seqs.size(); ++i) {
+    const ScheduledSeq& sc = f.seqs[i];
     Sequence* s = sc.seq;
-    if (is_terminal(s->state)) continue;  // failed earlier in this loop
-    if (batch.seqs[i].return_logits) {
+    // Failed earlier in this loop, or finished / cancelled while the step ran (a chained step
+    // past a stop: its token is dropped, its KV write lands in blocks already given back, which
+    // every later user's step follows on the device).
+    if (is_terminal(s->state)) continue;
+    if (f.return_logits[i]) {
       const size_t expect = static_cast<size_t>(sc.num_tokens) * vocab_;
       if (results[i].logits.size() != expect) {
         fail_request(s->request, "backend returned " + std::to_string(results[i].logits.size()) +
@@ -488,7 +600,10 @@ void EngineImpl::retire_finished() {
   Observer* obs = observer_.load(std::memory_order_acquire);
   for (auto it = live_.begin(); it != live_.end();) {
     Request* r = it->second.get();
-    if (!r->all_terminal()) {
+    // A step in flight still points at its sequences: they live until it has been read.
+    const bool in_flight = inflight_ && std::any_of(inflight_->seqs.begin(), inflight_->seqs.end(),
+                                                    [&](const ScheduledSeq& sc) { return sc.seq->request == r; });
+    if (!r->all_terminal() || in_flight) {
       ++it;
       continue;
     }
@@ -518,6 +633,7 @@ void EngineImpl::publish_stats() {
   stats_.generation_tokens = generation_tokens_total_;
   stats_.preemptions = sched_->preemptions();
   stats_.requests_finished = finished_total_;
+  stats_.overlapped_steps = overlapped_total_;
 }
 
 }  // namespace

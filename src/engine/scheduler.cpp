@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -184,6 +185,17 @@ void Scheduler::commit(Sequence* seq, int k) {
     pool_.register_full_block(seq->block_table[i], h, parent, toks);
     seq->block_hashes.push_back(h);
   }
+}
+
+bool Scheduler::reserve_position(Sequence* seq, int pos) {
+  // No copy-on-write to consider: the step in flight already wrote into the block that holds
+  // pos - 1, so a block shared then was copied when that step was scheduled.
+  while (static_cast<int>(seq->block_table.size()) * pool_.block_size() <= pos) {
+    std::optional<int32_t> b = pool_.allocate();
+    if (!b) return false;
+    seq->block_table.push_back(*b);
+  }
+  return true;
 }
 
 void Scheduler::remove(Sequence* seq) {

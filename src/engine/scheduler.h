@@ -47,6 +47,10 @@ class Scheduler {
   // After the step: the scheduled tokens' KV is now in the blocks; newly full blocks enter the
   // prefix cache.
   void commit(Sequence* seq, int num_tokens);
+  // A chained decode step (the engine's overlapped stepping) writes `seq`'s KV at `pos` before
+  // the step in flight has been committed: gives it the block for `pos` if it has none yet.
+  // False (nothing preempted) when no block is free.
+  bool reserve_position(Sequence* seq, int pos);
   // Removes a sequence from whichever queue holds it and releases its blocks (finish, cancel,
   // failure). The caller sets its terminal state.
   void remove(Sequence* seq);

@@ -142,6 +142,8 @@ std::string Metrics::render(const EngineStats* st) const {
           double(s.generation_tokens));
   counter("num_preemptions_total", "Cumulative number of preemptions from the engine.",
           double(s.preemptions));
+  counter("overlapped_steps_total", "Steps launched before the step ahead of them was read (decode overlap).",
+          double(s.overlapped_steps));
   {
     std::lock_guard<std::mutex> lk(mu_);
     header(out, p + "request_success_total", "counter",

@@ -147,16 +147,11 @@ int check_rows(const char* what, const std::string& model, size_t prompt, const 
   return bad;
 }
 
-// Greedy continuation of each prompt, decoded together as one batch (prefill in one mixed step).
-std::vector<std::vector<int32_t>> greedy_batch(rs::Backend& be, const std::vector<std::vector<int32_t>>& prompts,
-                                               int steps, int first_block) {
-  const int n = int(prompts.size());
-  std::vector<std::vector<int32_t>> out(n), tables(n), cur(n);
-  rs::SamplingParams greedy;
-  greedy.temperature = 0;
-  for (int i = 0; i < n; ++i) tables[i] = blocks_from(first_block + i * 8, 8);
+// Every prompt's prefill in one step, sequence i with block table tables[i], sampling its first token.
+rs::Batch prefill_batch(const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::vector<int32_t>>& tables,
+                        const rs::SamplingParams& greedy) {
   rs::Batch pre;
-  for (int i = 0; i < n; ++i) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
     rs::SeqStep s;
     s.seq_id = uint64_t(i);
     s.tokens = prompts[i];
@@ -165,6 +160,18 @@ std::vector<std::vector<int32_t>> greedy_batch(rs::Backend& be, const std::vecto
     s.sampling.params = &greedy;
     pre.seqs.push_back(s);
   }
+  return pre;
+}
+
+// Greedy continuation of each prompt, decoded together as one batch (prefill in one mixed step).
+std::vector<std::vector<int32_t>> greedy_batch(rs::Backend& be, const std::vector<std::vector<int32_t>>& prompts,
+                                               int steps, int first_block) {
+  const int n = int(prompts.size());
+  std::vector<std::vector<int32_t>> out(n), tables(n), cur(n);
+  rs::SamplingParams greedy;
+  greedy.temperature = 0;
+  for (int i = 0; i < n; ++i) tables[i] = blocks_from(first_block + i * 8, 8);
+  const rs::Batch pre = prefill_batch(prompts, tables, greedy);
   auto r = be.execute(pre);
   for (int i = 0; i < n; ++i) out[i].push_back(r[i].token->id);
   for (int t = 1; t < steps; ++t) {
@@ -181,6 +188,42 @@ std::vector<std::vector<int32_t>> greedy_batch(rs::Backend& be, const std::vecto
       b.seqs.push_back(s);
     }
     r = be.execute(b);
+    for (int i = 0; i < n; ++i) out[i].push_back(r[i].token->id);
+  }
+  return out;
+}
+
+// The same greedy decode overlapped as the engine runs it: step t + 1 is launched, each row's
+// token read on the device from step t's sample (token_from_previous), before step t is
+// collected. The first chained step follows the eager prefill (its tokens resolved on the host),
+// the others replay the decode graph right behind each other.
+std::vector<std::vector<int32_t>> greedy_batch_overlapped(rs::Backend& be, const std::vector<std::vector<int32_t>>& prompts,
+                                                          int steps, int first_block) {
+  const int n = int(prompts.size());
+  std::vector<std::vector<int32_t>> out(n), tables(n);
+  const std::vector<int32_t> placeholder = {0};
+  rs::SamplingParams greedy;
+  greedy.temperature = 0;
+  for (int i = 0; i < n; ++i) tables[i] = blocks_from(first_block + i * 8, 8);
+  const rs::Batch pre = prefill_batch(prompts, tables, greedy);
+  be.launch(pre);
+  for (int t = 1; t <= steps; ++t) {
+    if (t < steps) {
+      rs::Batch b;
+      for (int i = 0; i < n; ++i) {
+        rs::SeqStep s;
+        s.seq_id = uint64_t(i);
+        s.tokens = placeholder;
+        s.token_from_previous = true;
+        s.start_pos = int(prompts[i].size()) + t - 1;
+        s.block_table = tables[i];
+        s.sample = true;
+        s.sampling.params = &greedy;
+        b.seqs.push_back(s);
+      }
+      be.launch(b);
+    }
+    auto r = be.collect();
     for (int i = 0; i < n; ++i) out[i].push_back(r[i].token->id);
   }
   return out;
@@ -258,9 +301,14 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
     rs::set_cuda_upload_one_copy_pad(0);  // the block tables' second, strided copy: the same steps
     CHECK(greedy_batch(*gpu, ids12, steps, 0) == batched12);
     rs::set_cuda_upload_one_copy_pad(size_t(64) << 10);
+    // Overlapped steps read the same tokens on the device: the same bits, so the same tokens.
+    CHECK(greedy_batch_overlapped(*gpu, ids, steps, 0) == batched);
+    CHECK(greedy_batch_overlapped(*gpu, ids12, steps, 0) == batched12);
     for (size_t p = 0; p < prompts.size(); ++p) {
       auto alone = greedy_batch(*gpu, {ids[p]}, steps, 0)[0];
       auto ref = greedy_batch(*cpu, {ids[p]}, steps, 0)[0];
+      CHECK(greedy_batch_overlapped(*gpu, {ids[p]}, steps, 0)[0] == alone);
+      CHECK(greedy_batch_overlapped(*cpu, {ids[p]}, steps, 0)[0] == ref);
       // Batched vs batch 1: a difference only on a near-tie of the CPU reference.
       auto same_as_alone = [&](const std::vector<int32_t>& got, const char* what) {
         for (int t = 0; t < steps; ++t) {

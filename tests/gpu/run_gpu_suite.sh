@@ -129,12 +129,17 @@ if [ "${RS_PROFILE_BENCH:-0}" = 1 ]; then  # per-op breakdown (eager steps) befo
 fi
 bench decode_b1_ctx1k_bf16  --phase decode --batch 1 --context 1024 --iters $ITERS
 bench decode_b1_ctx1k_fp8   --phase decode --batch 1 --context 1024 --quantization fp8 --iters $ITERS
+# The same steps read one by one (no step launched before the last is read): what overlapping
+# the host's work with the device's saves.
+bench decode_b1_ctx1k_bf16_sync --phase decode --batch 1 --context 1024 --iters $ITERS --no-overlap
+bench decode_b1_ctx1k_fp8_sync  --phase decode --batch 1 --context 1024 --quantization fp8 --iters $ITERS --no-overlap
 # The batch-1 decode megakernel (kernels/mega/, opt-in while it is slower than the graph), with
 # its time per kind of instruction.
 RS_MEGAKERNEL=1 RS_MEGA_PROFILE=1 bench decode_b1_ctx1k_bf16_mega --phase decode --batch 1 --context 1024 --iters $ITERS
 sed -n '/megakernel profile/,$p' "$OUTDIR/decode_b1_ctx1k_bf16_mega.log" | head -12
 RS_MEGAKERNEL=1 bench decode_b1_ctx1k_fp8_mega --phase decode --batch 1 --context 1024 --quantization fp8 --iters $ITERS
 bench decode_b64_ctx2k_bf16 --phase decode --batch 64 --context 2048 --iters $ITERS
+bench decode_b64_ctx2k_bf16_sync --phase decode --batch 64 --context 2048 --iters $ITERS --no-overlap
 bench prefill_8k_bf16       --phase prefill --batch 1 --context 8192 --iters 5 --warmup 1
 
 # Where a batch-1 step goes inside its CUDA graph: each kernel's nodes disabled in turn, the
@@ -182,10 +187,14 @@ fi
 # (interactive latency) and 64 concurrent clients (throughput), 1024-token prompts, 128 out.
 echo "== bench serve: V2-Lite dummy weights on the GPU"
 SPORT=18124
-CUDA_VISIBLE_DEVICES=0 "$RS" serve --model "$ROOT/tests/fixtures/model-shapes/deepseek-v2-lite" --load-format dummy \
-  --port $SPORT --device cuda --max-model-len 4096 --max-num-seqs 64 > "$OUTDIR/serve_v2lite.log" 2>&1 &
-SPID=$!
-for _ in $(seq 1 240); do grep -q "ready in" "$OUTDIR/serve_v2lite.log" 2>/dev/null && break; kill -0 $SPID 2>/dev/null || break; sleep 0.5; done
+start_server() {  # log name, extra serve flags...
+  local log="$1"; shift
+  CUDA_VISIBLE_DEVICES=0 "$RS" serve --model "$ROOT/tests/fixtures/model-shapes/deepseek-v2-lite" --load-format dummy \
+    --port $SPORT --device cuda --max-model-len 4096 --max-num-seqs 64 "$@" > "$OUTDIR/$log.log" 2>&1 &
+  SPID=$!
+  for _ in $(seq 1 240); do grep -q "ready in" "$OUTDIR/$log.log" 2>/dev/null && break; kill -0 $SPID 2>/dev/null || break; sleep 0.5; done
+}
+start_server serve_v2lite
 serve_bench() {  # name, args...
   local name="$1"; shift
   timeout 180 "$RS" bench serve --base-url http://127.0.0.1:$SPORT --input-len 1024 --output-len 128 "$@" \
@@ -200,6 +209,11 @@ serve_bench() {  # name, args...
 }
 serve_bench serve_v2lite_c1  --num-prompts 8 --max-concurrency 1
 serve_bench serve_v2lite_c64 --num-prompts 256 --max-concurrency 64
+kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
+# The same server reading each step before launching the next (--no-overlap-steps).
+start_server serve_v2lite_sync --no-overlap-steps
+serve_bench serve_v2lite_c1_sync  --num-prompts 8 --max-concurrency 1
+serve_bench serve_v2lite_c64_sync --num-prompts 256 --max-concurrency 64
 kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
 
 echo

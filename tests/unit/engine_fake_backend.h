@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/engine.h"
 #include "common/error.h"
 #include "tokenizer/tokenizer.h"
 #include "unit/engine_test_util.h"
@@ -71,6 +72,16 @@ class FakeBackend : public Backend {
     slots_.assign(static_cast<size_t>(kv.num_blocks) * kv.block_size, -1);
   }
   uint64_t kv_bytes_per_token() const override { return 4; }
+
+  // Counts the sequences of chained steps (their token taken from the step before), then runs the
+  // default two-phase stepping, which resolves those tokens from the previous launch's results.
+  void launch(const Batch& batch) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (const SeqStep& s : batch.seqs) chained_ += s.token_from_previous ? 1 : 0;
+    }
+    Backend::launch(batch);
+  }
 
   std::vector<SeqResult> execute(const Batch& batch) override {
     std::unique_lock<std::mutex> lk(mu_);
@@ -151,6 +162,7 @@ class FakeBackend : public Backend {
   void set_script(std::vector<int32_t> ids) { std::lock_guard<std::mutex> lk(mu_); script_ = std::move(ids); }
   void fail_on_step(int step) { std::lock_guard<std::mutex> lk(mu_); fail_on_step_ = step; }
   int steps() const { std::lock_guard<std::mutex> lk(mu_); return steps_; }
+  int chained() const { std::lock_guard<std::mutex> lk(mu_); return chained_; }
   int max_batch() const { std::lock_guard<std::mutex> lk(mu_); return max_batch_; }
   int max_step_tokens() const { std::lock_guard<std::mutex> lk(mu_); return max_step_tokens_; }
   size_t copies() const { std::lock_guard<std::mutex> lk(mu_); return copies_; }
@@ -165,10 +177,38 @@ class FakeBackend : public Backend {
   mutable std::mutex mu_;
   std::condition_variable gate_cv_;
   int credits_ = -1, blocked_ = 0;
-  int steps_ = 0, max_batch_ = 0, max_step_tokens_ = 0, fail_on_step_ = -1;
+  int steps_ = 0, chained_ = 0, max_batch_ = 0, max_step_tokens_ = 0, fail_on_step_ = -1;
   size_t copies_ = 0;
   std::vector<std::string> violations_;
   std::vector<int32_t> script_;
+};
+
+// A prompt that never holds the fake's eos id (vocab - 1).
+inline std::vector<int32_t> make_prompt(int len, int salt, int vocab = 101) {
+  std::vector<int32_t> p(len);
+  for (int i = 0; i < len; ++i) p[i] = (i * 7 + salt * 13 + 3) % (vocab - 1);
+  return p;
+}
+
+inline GenerationRequest greedy_request(std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+// An engine over a fake backend of 101 tokens, blocks of 4 tokens unless cfg says otherwise.
+struct FakeEngine {
+  FakeBackend* fake;
+  std::unique_ptr<Engine> engine;
+  explicit FakeEngine(EngineConfig cfg = {}, int kv_blocks = 64) {
+    auto b = std::make_unique<FakeBackend>(101, kv_blocks);
+    fake = b.get();
+    if (cfg.block_size == 16) cfg.block_size = 4;
+    engine = Engine::create(std::move(b), nullptr, cfg);
+  }
 };
 
 // One greedy choice from a model that "wants" to write `script` (the fake backend puts its tokens

@@ -14,31 +14,7 @@ using namespace rs::testing;
 
 namespace {
 
-std::vector<int32_t> make_prompt(int len, int salt, int vocab = 101) {
-  std::vector<int32_t> p(len);
-  for (int i = 0; i < len; ++i) p[i] = (i * 7 + salt * 13 + 3) % (vocab - 1);  // never the eos id
-  return p;
-}
-
-GenerationRequest greedy_request(std::vector<int32_t> prompt, int max_tokens) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
-}
-
-struct Fixture {
-  FakeBackend* fake;
-  std::unique_ptr<Engine> engine;
-  explicit Fixture(EngineConfig cfg = {}, int kv_blocks = 64) {
-    auto b = std::make_unique<FakeBackend>(101, kv_blocks);
-    fake = b.get();
-    if (cfg.block_size == 16) cfg.block_size = 4;
-    engine = Engine::create(std::move(b), nullptr, cfg);
-  }
-};
+using Fixture = FakeEngine;
 
 }  // namespace
 
@@ -440,10 +416,13 @@ TEST_CASE("shutdown with a zero timeout cancels what is still running") {
 TEST_SUITE("unit.engine") {
 
 TEST_CASE("randomised load: mixed lengths, n, seeds, cancels, tiny KV pool and budget; every surviving output is exact") {
-  uint64_t preemptions = 0, hits = 0;
-  for (uint64_t round = 0; round < 4; ++round) {
-    CAPTURE(round);
+  uint64_t preemptions = 0, hits = 0, overlapped = 0;
+  // Rounds 4-7 repeat 0-3 with overlapped steps (EngineConfig::overlap_steps).
+  for (uint64_t pass = 0; pass < 8; ++pass) {
+    const uint64_t round = pass % 4;
+    CAPTURE(pass);
     EngineConfig cfg;
+    cfg.overlap_steps = pass >= 4 ? 1 : 0;
     cfg.num_kv_blocks = 14 + static_cast<int>(round) * 4;  // block size 4: 56..104 token slots
     cfg.max_num_batched_tokens = 12 + static_cast<int>(round) * 10;
     cfg.max_num_seqs = 4 + static_cast<int>(round) * 3;
@@ -513,9 +492,11 @@ TEST_CASE("randomised load: mixed lengths, n, seeds, cancels, tiny KV pool and b
     }));
     preemptions += f.engine->stats().preemptions;
     hits += f.engine->stats().prefix_hits_tokens;
+    overlapped += f.engine->stats().overlapped_steps;
   }
   CHECK(preemptions > 0);  // the pools are small enough that the load exercises preemption
   CHECK(hits > 0);
+  CHECK(overlapped > 0);  // the queue drains in every pass: its last requests decode in chains
 }
 
 }

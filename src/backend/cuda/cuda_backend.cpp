@@ -60,6 +60,9 @@ class CudaBackend final : public Backend {
   }
 
   ~CudaBackend() override {
+    if (stream_) cudaStreamSynchronize(stream_);
+    for (Launched& l : launched_) cudaEventDestroy(l.done);
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
     drop_graphs();
     pass_.reset();
     sampler_.reset();
@@ -104,7 +107,13 @@ class CudaBackend final : public Backend {
     pass_->set_kv(cache_.get<__nv_bfloat16>(), layer_stride_, kv.block_size, bt_width_);
   }
 
-  std::vector<SeqResult> execute(const Batch& batch) override;
+  std::vector<SeqResult> execute(const Batch& batch) override {
+    launch(batch);
+    return collect();
+  }
+  void launch(const Batch& batch) override;
+  std::vector<SeqResult> collect() override;
+  bool overlaps_steps() const override { return true; }
 
   cuda::GraphAblation ablate_last_decode_graph(int replays) {
     const auto& g = last_decode_graph("graph ablation");
@@ -228,6 +237,26 @@ class CudaBackend final : public Backend {
 
   void check_batch(const Batch& batch) const;
 
+  // A launched step not yet collected: its results (logits copies land in them), which sampler
+  // slot holds its tokens, and the event after its last kernel.
+  struct Launched {
+    cudaEvent_t done = nullptr;
+    std::vector<SeqResult> results;
+    std::vector<int> req_seq;  // sampler request k -> batch index
+    int sampler_slot = 0;
+    bool settled = false;  // tokens already in results (settle())
+  };
+  std::vector<Launched> launched_;  // oldest first, two at most
+  // The last launch's sampler rows by sequence, for the next step's chained rows.
+  std::vector<std::pair<uint64_t, int>> last_sampler_rows_;
+  int last_launch_bucket_ = 0;  // 0: the last launch was not a decode graph
+  std::vector<int32_t> last_collected_tokens_;  // by sampler row, when the last launch is collected
+  // Waits for every launched step and moves its tokens into its results, so that nothing of a
+  // step in flight depends on buffers the next launch may reallocate.
+  void settle();
+  cudaEvent_t take_event();
+  std::vector<cudaEvent_t> spare_events_;
+
   ModelSpec spec_;
   std::unique_ptr<DeviceWeights> w_;
   cudaStream_t stream_ = nullptr;
@@ -259,10 +288,69 @@ void CudaBackend::check_batch(const Batch& batch) const {
   validate_batch(batch, kv_, spec_.vocab_size, int64_t(bt_width_) * kv_.block_size, "cuda backend");
 }
 
-std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
+cudaEvent_t CudaBackend::take_event() {
+  if (!spare_events_.empty()) {
+    cudaEvent_t e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  RS_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+void CudaBackend::settle() {
+  if (launched_.empty()) return;
+  RS_CUDA(cudaStreamSynchronize(stream_));
+  for (Launched& l : launched_) {
+    if (l.settled) continue;
+    std::vector<SampledToken> sampled = sampler_->collect(l.sampler_slot);
+    for (size_t k = 0; k < l.req_seq.size(); ++k) l.results[l.req_seq[k]].token = std::move(sampled[k]);
+    l.settled = true;
+  }
+}
+
+void CudaBackend::launch(const Batch& batch) {
   check_batch(batch);
+  if (launched_.size() >= 2) throw Error("cuda backend: two launched steps are not collected yet");
   const int nseq = static_cast<int>(batch.seqs.size());
-  std::vector<SeqResult> results(nseq);
+  Launched L;
+  L.results.resize(nseq);
+
+  // A chained row's token is the one the last launch sampled for its sequence: read on the device
+  // (a token of -(k + 1): sampler row k, kernels/ops/embed.cuh) when this step replays the same
+  // decode graph right behind it; otherwise every earlier step is settled first and the token
+  // read on the host, so nothing in flight depends on a buffer this launch may reallocate.
+  const bool same_graph = decode_only(batch) && !pass_->profiling() && last_launch_bucket_ != 0 &&
+                          bucket_for(nseq) == last_launch_bucket_ && graphs_.count(last_launch_bucket_) != 0;
+  std::vector<int32_t> chained_tok(nseq, 0);
+  bool any_chained = false;
+  for (int i = 0; i < nseq; ++i) {
+    const SeqStep& s = batch.seqs[i];
+    if (!s.token_from_previous) continue;
+    any_chained = true;
+    if (s.tokens.size() != 1) throw Error("cuda backend: a chained step's sequence must decode one token");
+    int row = -1;
+    for (auto [id, k] : last_sampler_rows_)
+      if (id == s.seq_id) row = k;
+    if (row < 0)
+      throw Error("cuda backend: seq " + std::to_string(s.seq_id) +
+                  " takes its token from the previous step, which sampled none for it");
+    chained_tok[i] = -(row + 1);
+  }
+  if (!same_graph) {
+    settle();
+    for (int i = 0; i < nseq; ++i) {
+      if (!batch.seqs[i].token_from_previous) continue;
+      const int row = -chained_tok[i] - 1;
+      if (!launched_.empty()) {
+        const Launched& prev = launched_.back();
+        chained_tok[i] = prev.results[prev.req_seq[row]].token->id;
+      } else {
+        chained_tok[i] = last_collected_tokens_.at(size_t(row));
+      }
+    }
+  }
   if (!batch.block_copies.empty()) pass_->copy_blocks(batch.block_copies, stream_);
 
   // Rows: decode sequences (one token) first, so the absorbed-attention rows are contiguous; then
@@ -282,7 +370,7 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
     const int T = static_cast<int>(s.tokens.size());
     for (int k = 0; k < T; ++k) {
       const int pos = s.start_pos + k;
-      plan.tokens.push_back(s.tokens[k]);
+      plan.tokens.push_back(s.token_from_previous ? chained_tok[i] : s.tokens[k]);
       plan.positions.push_back(pos);
       plan.slots.push_back(s.block_table[pos / kv_.block_size] * kv_.block_size + pos % kv_.block_size);
     }
@@ -311,66 +399,90 @@ std::vector<SeqResult> CudaBackend::execute(const Batch& batch) {
   }
   last_tokens_ = static_cast<int>(plan.tokens.size());
   last_kv_bytes_ = kv_tokens * kv_bytes_per_token();
-  if (plan.tokens.empty()) return results;
 
   // Sampling parameters go up right after the forward pass is enqueued: the host packs them while
   // the GPU runs the step, and their copy waits behind the step, not in front of it (sampling
   // runs outside the graph: its penalty inputs vary in size).
   std::vector<GpuSampler::Request> reqs;
-  std::vector<int> req_seq;
   for (int i = 0; i < nseq; ++i) {
     const SeqStep& s = batch.seqs[i];
     if (!s.sample || s.tokens.empty()) continue;
     reqs.push_back(GpuSampler::Request{&s.sampling, seq_logit_row[i]});
-    req_seq.push_back(i);
+    L.req_seq.push_back(i);
   }
 
-  if (decode_only(batch) && !pass_->profiling()) {
-    // Padded to the bucket: a decode graph computes logits for every row of the bucket.
-    const int B = nseq, bucket = bucket_for(B);
-    pass_->ensure_capacity(Capacity{bucket, bucket, bucket, 0}, stream_, [&] { drop_graphs(); });
-    plan.pad_decode_to(bucket, kv_.num_blocks, kv_.block_size);
-    pass_->upload(plan, stream_);
-    auto it = graphs_.find(bucket);
-    if (it == graphs_.end()) {
-      // Warm-up runs eagerly first (kernel attributes, lazy module loading), then capture.
-      pass_->run(bucket, stream_);
-      cudaGraph_t graph;
-      RS_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      pass_->run(bucket, stream_);
-      RS_CUDA(cudaStreamEndCapture(stream_, &graph));
-      cudaGraphExec_t exec;
-      RS_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      it = graphs_.emplace(bucket, DecodeGraph{graph, exec}).first;
-      // The warm-up already wrote this step's KV rows; the replay rewrites the identical values.
+  int launch_bucket = 0;
+  if (!plan.tokens.empty()) {
+    if (decode_only(batch) && !pass_->profiling()) {
+      // Padded to the bucket: a decode graph computes logits for every row of the bucket.
+      const int B = nseq, bucket = bucket_for(B);
+      pass_->ensure_capacity(Capacity{bucket, bucket, bucket, 0}, stream_, [&] { settle(); drop_graphs(); });
+      plan.pad_decode_to(bucket, kv_.num_blocks, kv_.block_size);
+      pass_->upload(plan, stream_);
+      auto it = graphs_.find(bucket);
+      if (it == graphs_.end()) {
+        // Warm-up runs eagerly first (kernel attributes, lazy module loading), then capture.
+        pass_->run(bucket, stream_);
+        cudaGraph_t graph;
+        RS_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        pass_->run(bucket, stream_);
+        RS_CUDA(cudaStreamEndCapture(stream_, &graph));
+        cudaGraphExec_t exec;
+        RS_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+        it = graphs_.emplace(bucket, DecodeGraph{graph, exec}).first;
+        // The warm-up already wrote this step's KV rows; the replay rewrites the identical values.
+      }
+      RS_CUDA(cudaGraphLaunch(it->second.exec, stream_));
+      last_bucket_ = bucket;
+      launch_bucket = bucket;
+    } else {
+      int max_ctx = 0;
+      for (auto& p : plan.prefills) max_ctx = std::max(max_ctx, p.start + p.T);
+      const int n = static_cast<int>(plan.tokens.size());
+      pass_->ensure_capacity(Capacity{n, std::max(1, plan.decode_rows), std::max<int>(1, plan.logit_rows.size()), max_ctx},
+                             stream_, [&] { settle(); drop_graphs(); });
+      pass_->upload(plan, stream_);
+      pass_->run_eager(plan, stream_);
     }
-    RS_CUDA(cudaGraphLaunch(it->second.exec, stream_));
-    last_bucket_ = bucket;
+    L.sampler_slot = sampler_->prepare(reqs, stream_);
+    // The tokens also go to the pass's chained-id buffer, where a chained next step reads them.
+    sampler_->launch(L.sampler_slot, pass_->logits(), pass_->chained_ids(), stream_);
+    for (int i = 0; i < nseq; ++i) {
+      const SeqStep& s = batch.seqs[i];
+      if (!s.return_logits || s.tokens.empty()) continue;
+      const size_t V = size_t(spec_.vocab_size);
+      L.results[i].logits.resize(s.tokens.size() * V);
+      RS_CUDA(cudaMemcpyAsync(L.results[i].logits.data(), pass_->logits() + size_t(seq_logits_first[i]) * V,
+                              L.results[i].logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    }
   } else {
-    int max_ctx = 0;
-    for (auto& p : plan.prefills) max_ctx = std::max(max_ctx, p.start + p.T);
-    const int n = static_cast<int>(plan.tokens.size());
-    pass_->ensure_capacity(Capacity{n, std::max(1, plan.decode_rows), std::max<int>(1, plan.logit_rows.size()), max_ctx},
-                           stream_, [&] { drop_graphs(); });
-    pass_->upload(plan, stream_);
-    pass_->run_eager(plan, stream_);
+    L.sampler_slot = sampler_->prepare({}, stream_);
   }
+  L.done = take_event();
+  RS_CUDA(cudaEventRecord(L.done, stream_));
+  last_sampler_rows_.clear();
+  for (size_t k = 0; k < L.req_seq.size(); ++k) last_sampler_rows_.emplace_back(batch.seqs[L.req_seq[k]].seq_id, int(k));
+  last_launch_bucket_ = launch_bucket;
+  launched_.push_back(std::move(L));
+}
 
-  sampler_->prepare(reqs, stream_);
-  sampler_->launch(pass_->logits(), stream_);  // then the step's one sync (timed as part of the step, not per op)
-  for (int i = 0; i < nseq; ++i) {
-    const SeqStep& s = batch.seqs[i];
-    if (!s.return_logits || s.tokens.empty()) continue;
-    const size_t V = size_t(spec_.vocab_size);
-    results[i].logits.resize(s.tokens.size() * V);
-    RS_CUDA(cudaMemcpyAsync(results[i].logits.data(), pass_->logits() + size_t(seq_logits_first[i]) * V,
-                            results[i].logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
+std::vector<SeqResult> CudaBackend::collect() {
+  if (launched_.empty()) throw Error("cuda backend: collect() with no launched step");
+  Launched& l = launched_.front();
+  if (!l.settled) {
+    RS_CUDA(cudaEventSynchronize(l.done));
+    pass_->collect_profile();
+    std::vector<SampledToken> sampled = sampler_->collect(l.sampler_slot);
+    for (size_t k = 0; k < l.req_seq.size(); ++k) l.results[l.req_seq[k]].token = std::move(sampled[k]);
   }
-  RS_CUDA(cudaStreamSynchronize(stream_));
-  pass_->collect_profile();
-  std::vector<SampledToken> sampled = sampler_->collect();
-  for (size_t k = 0; k < req_seq.size(); ++k) results[req_seq[k]].token = std::move(sampled[k]);
-  return results;
+  std::vector<SeqResult> out = std::move(l.results);
+  if (launched_.size() == 1) {  // the last launch: a later chained step may read its tokens here
+    last_collected_tokens_.clear();
+    for (int i : l.req_seq) last_collected_tokens_.push_back(out[i].token ? out[i].token->id : 0);
+  }
+  spare_events_.push_back(l.done);
+  launched_.erase(launched_.begin());
+  return out;
 }
 
 }  // namespace

@@ -80,7 +80,8 @@ ForwardPass::ForwardPass(const ModelSpec& spec, const DeviceWeights& w, const Ro
 }
 
 ForwardPass::~ForwardPass() {
-  if (host_meta_) cudaFreeHost(host_meta_);
+  for (void* h : host_meta_)
+    if (h) cudaFreeHost(h);
 }
 
 void ForwardPass::set_kv(__nv_bfloat16* cache, int64_t layer_stride, int block_size, int bt_width) {
@@ -182,6 +183,7 @@ void ForwardPass::ensure_capacity(const Capacity& want, cudaStream_t stream,
   seq_lens_d_ = slots_d_ + N;
   logit_rows_d_ = seq_lens_d_ + c.decode_rows;
   bt_d_ = logit_rows_d_ + c.logit_rows;
+  chained_ids_.reset(std::max<size_t>(N, size_t(c.logit_rows)) * 4, "chained token ids");
   cap_ = c;
 }
 
@@ -208,12 +210,18 @@ void ForwardPass::upload(const StepPlan& plan, cudaStream_t stream) {
   const bool one_copy = nd <= 1 || size_t(nd - 1) * W * 4 <= g_one_copy_pad;
   const size_t bt_words = nd == 0 ? 0 : one_copy ? size_t(nd - 1) * W + w_step : size_t(nd) * w_step;
   const size_t words = bt_off + bt_words + prefill_blocks;
-  if (words * 4 > host_meta_bytes_) {
-    if (host_meta_) cudaFreeHost(host_meta_);
-    host_meta_bytes_ = std::max<size_t>(words * 4 * 2, 1 << 16);
-    RS_CUDA(cudaMallocHost(&host_meta_, host_meta_bytes_));
+  meta_slot_ ^= 1;
+  void*& staging = host_meta_[meta_slot_];
+  size_t& staging_bytes = host_meta_bytes_[meta_slot_];
+  if (words * 4 > staging_bytes) {
+    if (staging) {
+      RS_CUDA(cudaStreamSynchronize(stream));  // no copy from it may still be pending
+      cudaFreeHost(staging);
+    }
+    staging_bytes = std::max<size_t>(words * 4 * 2, 1 << 16);
+    RS_CUDA(cudaMallocHost(&staging, staging_bytes));
   }
-  int32_t* h = static_cast<int32_t*>(host_meta_);
+  int32_t* h = static_cast<int32_t*>(staging);
   std::memcpy(h, plan.tokens.data(), n * 4);
   std::memcpy(h + N, plan.positions.data(), n * 4);
   std::memcpy(h + 2 * N, plan.slots.data(), n * 4);
@@ -690,6 +698,7 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
   EmbedParams e;
   e.table = w_.embed;
   e.tokens = tokens_d_;
+  e.chained = chained_ids_.get<int32_t>();
   e.residual = residual_.get<float>();
   e.n = n;
   e.hidden = s.hidden_size;

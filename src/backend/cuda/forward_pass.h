@@ -64,6 +64,9 @@ class ForwardPass {
   void run_eager(const StepPlan& plan, cudaStream_t stream);
   void copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& pairs, cudaStream_t stream);
   const float* logits() const { return logits_.get<float>(); }
+  // Where the sampler writes a step's token ids (request k at [k]), for the next step's chained
+  // rows (a token of -(k + 1) in the plan); valid until ensure_capacity reallocates.
+  int32_t* chained_ids() { return chained_ids_.get<int32_t>(); }
   const int32_t* topk_ids(int layer) const;
   const float* route_margins(int layer) const;  // [rows of the last step], MoE layers only
   int decode_splits(int rows) const;
@@ -135,11 +138,14 @@ class ForwardPass {
   DeviceBuffer vupo_partials_, vupo_counters_;
   DeviceBuffer router_counters_;  // fused router: one int per 8-token chunk, left zero by the kernel
   // step metadata
-  DeviceBuffer meta_, prefill_bt_;
+  DeviceBuffer meta_, prefill_bt_, chained_ids_;
   int32_t *tokens_d_ = nullptr, *positions_d_ = nullptr, *slots_d_ = nullptr, *seq_lens_d_ = nullptr,
           *logit_rows_d_ = nullptr, *bt_d_ = nullptr;
-  void* host_meta_ = nullptr;
-  size_t host_meta_bytes_ = 0;
+  // Two staging buffers, alternating: an upload is enqueued while the step before may still run,
+  // its own copy not yet done, so the host must not overwrite the staging that copy reads.
+  void* host_meta_[2] = {nullptr, nullptr};
+  size_t host_meta_bytes_[2] = {0, 0};
+  int meta_slot_ = 0;
   std::vector<Prefill> prefills_;
   DeviceBuffer pairs_;
   std::unique_ptr<OpProfiler> prof_;

@@ -7,16 +7,18 @@ namespace rs::cuda {
 
 GpuSampler::GpuSampler(int vocab) : vocab_(vocab) {
   RS_CUDA(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-  RS_CUDA(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+  for (Slot& sl : slots_) RS_CUDA(cudaEventCreateWithFlags(&sl.uploaded, cudaEventDisableTiming));
 }
 
 GpuSampler::~GpuSampler() {
   if (side_) cudaStreamSynchronize(side_);
-  if (uploaded_) cudaEventDestroy(uploaded_);
+  for (Slot& sl : slots_) {
+    if (sl.uploaded) cudaEventDestroy(sl.uploaded);
+    if (sl.rows_h) cudaFreeHost(sl.rows_h);
+    if (sl.results_h) cudaFreeHost(sl.results_h);
+    if (sl.tokens_h) cudaFreeHost(sl.tokens_h);
+  }
   if (side_) cudaStreamDestroy(side_);
-  if (rows_h_) cudaFreeHost(rows_h_);
-  if (results_h_) cudaFreeHost(results_h_);
-  if (tokens_h_) cudaFreeHost(tokens_h_);
 }
 
 SampleRow sample_row_of(const SamplingParams& p, uint64_t draw_index, int logits_row) {
@@ -34,30 +36,46 @@ SampleRow sample_row_of(const SamplingParams& p, uint64_t draw_index, int logits
   return r;
 }
 
-void GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) {
-  const int n = static_cast<int>(reqs.size());
-  logprobs_wanted_.assign(n, -1);
-  if (n == 0) return;
-  if (n > cap_rows_) {
-    RS_CUDA(cudaStreamSynchronize(stream));
-    const int c = std::max(n, 2 * cap_rows_);
-    const size_t per = size_t(c) * vocab_ * 4;
-    work_.reset(per, "sampler work");
-    flags_.reset(per, "sampler flags");
-    counts_.reset(per, "sampler counts");
-    stats_.reset(size_t(c) * logit_stats_segments(vocab_) * sizeof(LogitStats), "sampler logit stats");
-    // On the step's stream: a plain cudaMemset runs on the legacy stream, which a non-blocking
-    // stream's kernels are not ordered after. The kernel leaves them zero again.
-    RS_CUDA(cudaMemsetAsync(flags_.get(), 0, per, stream));
-    RS_CUDA(cudaMemsetAsync(counts_.get(), 0, per, stream));
-    rows_d_.reset(sizeof(SampleRow) * c, "sampler rows");
-    if (rows_h_) cudaFreeHost(rows_h_);
-    if (results_h_) cudaFreeHost(results_h_);
-    RS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&rows_h_), sizeof(SampleRow) * c));
-    RS_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&results_h_), sizeof(SampleResult) * c, cudaHostAllocMapped));
-    RS_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&results_dev_), results_h_, 0));
-    cap_rows_ = c;
+void GpuSampler::grow_rows(int n, cudaStream_t stream) {
+  // Every step on `stream` has finished after this: the other slot's results (a step launched
+  // and not yet collected) are copied out before their pinned memory goes.
+  RS_CUDA(cudaStreamSynchronize(stream));
+  RS_CUDA(cudaStreamSynchronize(side_));
+  for (Slot& sl : slots_)
+    if (sl.results_h && !sl.logprobs_wanted.empty() && !sl.use_held) {
+      sl.held.assign(sl.results_h, sl.results_h + sl.logprobs_wanted.size());
+      sl.use_held = true;
+    }
+  const int c = std::max(n, 2 * cap_rows_);
+  const size_t per = size_t(c) * vocab_ * 4;
+  work_.reset(per, "sampler work");
+  flags_.reset(per, "sampler flags");
+  counts_.reset(per, "sampler counts");
+  stats_.reset(size_t(c) * logit_stats_segments(vocab_) * sizeof(LogitStats), "sampler logit stats");
+  // On the step's stream: a plain cudaMemset runs on the legacy stream, which a non-blocking
+  // stream's kernels are not ordered after. The kernel leaves them zero again.
+  RS_CUDA(cudaMemsetAsync(flags_.get(), 0, per, stream));
+  RS_CUDA(cudaMemsetAsync(counts_.get(), 0, per, stream));
+  for (Slot& sl : slots_) {
+    sl.rows_d.reset(sizeof(SampleRow) * c, "sampler rows");
+    if (sl.rows_h) cudaFreeHost(sl.rows_h);
+    if (sl.results_h) cudaFreeHost(sl.results_h);
+    RS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&sl.rows_h), sizeof(SampleRow) * c));
+    RS_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&sl.results_h), sizeof(SampleResult) * c, cudaHostAllocMapped));
+    RS_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&sl.results_dev), sl.results_h, 0));
   }
+  cap_rows_ = c;
+}
+
+int GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) {
+  const int n = static_cast<int>(reqs.size());
+  const int slot = next_;
+  next_ ^= 1;
+  Slot& sl = slots_[slot];
+  if (n > cap_rows_) grow_rows(n, stream);  // (this slot's held copy, if made, is dropped next)
+  sl.logprobs_wanted.assign(n, -1);
+  sl.use_held = false;
+  if (n == 0) return slot;
   static const SamplingParams kGreedy = [] {
     SamplingParams p;
     p.temperature = 0.0f;
@@ -93,52 +111,57 @@ void GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) 
         pool.push_back(bits);
       }
     }
-    rows_h_[i] = r;
-    logprobs_wanted_[i] = p.logprobs;
+    sl.rows_h[i] = r;
+    sl.logprobs_wanted[i] = p.logprobs;
   }
-  if (pool.size() > tokens_cap_) {
+  if (pool.size() > sl.tokens_cap) {
     RS_CUDA(cudaStreamSynchronize(stream));
-    tokens_cap_ = std::max(pool.size(), 2 * tokens_cap_);
-    tokens_d_.reset(tokens_cap_ * 4, "sampler tokens");
-    if (tokens_h_) cudaFreeHost(tokens_h_);
-    RS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&tokens_h_), tokens_cap_ * 4));
+    RS_CUDA(cudaStreamSynchronize(side_));
+    sl.tokens_cap = std::max(pool.size(), 2 * sl.tokens_cap);
+    sl.tokens_d.reset(sl.tokens_cap * 4, "sampler tokens");
+    if (sl.tokens_h) cudaFreeHost(sl.tokens_h);
+    RS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&sl.tokens_h), sl.tokens_cap * 4));
   }
-  // The previous step's sampling kernels, the last readers of these buffers, finished before its
-  // sync, so the side stream may overwrite them now.
+  // This slot's last step was collected before this prepare (two steps in flight at most), so its
+  // kernels, the last readers of these buffers, have finished: the side stream may refill them.
   if (!pool.empty()) {
-    std::memcpy(tokens_h_, pool.data(), pool.size() * 4);
-    RS_CUDA(cudaMemcpyAsync(tokens_d_.get(), tokens_h_, pool.size() * 4, cudaMemcpyHostToDevice, side_));
+    std::memcpy(sl.tokens_h, pool.data(), pool.size() * 4);
+    RS_CUDA(cudaMemcpyAsync(sl.tokens_d.get(), sl.tokens_h, pool.size() * 4, cudaMemcpyHostToDevice, side_));
   }
-  RS_CUDA(cudaMemcpyAsync(rows_d_.get(), rows_h_, sizeof(SampleRow) * n, cudaMemcpyHostToDevice, side_));
-  RS_CUDA(cudaEventRecord(uploaded_, side_));
+  RS_CUDA(cudaMemcpyAsync(sl.rows_d.get(), sl.rows_h, sizeof(SampleRow) * n, cudaMemcpyHostToDevice, side_));
+  RS_CUDA(cudaEventRecord(sl.uploaded, side_));
+  return slot;
 }
 
-void GpuSampler::launch(const float* logits, cudaStream_t stream) {
-  const int n = static_cast<int>(logprobs_wanted_.size());  // the requests of the last prepare()
+void GpuSampler::launch(int slot, const float* logits, int32_t* ids, cudaStream_t stream) {
+  Slot& sl = slots_[slot];
+  const int n = static_cast<int>(sl.logprobs_wanted.size());  // the requests of its prepare()
   if (n == 0) return;
   SamplingParamsDev d;
   d.logits = logits;
   d.vocab = vocab_;
   d.n = n;
-  d.rows = rows_d_.get<SampleRow>();
-  d.tokens = tokens_d_.get<int32_t>();
+  d.rows = sl.rows_d.get<SampleRow>();
+  d.tokens = sl.tokens_d.get<int32_t>();
   d.work = work_.get<float>();
   d.flags = flags_.get<int32_t>();
   d.counts = counts_.get<int32_t>();
-  d.out = results_dev_;
+  d.out = sl.results_dev;
+  d.ids = ids;
   d.stats = stats_.get<LogitStats>();
-  RS_CUDA(cudaStreamWaitEvent(stream, uploaded_, 0));
+  RS_CUDA(cudaStreamWaitEvent(stream, sl.uploaded, 0));
   launch_sampling(d, stream);
   RS_CUDA(cudaGetLastError());
 }
 
-std::vector<SampledToken> GpuSampler::collect() const {
-  std::vector<SampledToken> out(logprobs_wanted_.size());
+std::vector<SampledToken> GpuSampler::collect(int slot) const {
+  const Slot& sl = slots_[slot];
+  std::vector<SampledToken> out(sl.logprobs_wanted.size());
   for (size_t i = 0; i < out.size(); ++i) {
-    const SampleResult& r = results_h_[i];
+    const SampleResult& r = sl.use_held ? sl.held[i] : sl.results_h[i];
     out[i].id = r.id;
     out[i].logprob = r.logprob;
-    const int ntop = std::min(logprobs_wanted_[i], kMaxTopLogprobs);
+    const int ntop = std::min(sl.logprobs_wanted[i], kMaxTopLogprobs);
     for (int k = 0; k < ntop; ++k) out[i].top.push_back({r.top_ids[k], r.top_logprobs[k]});
   }
   return out;

@@ -29,22 +29,36 @@ class GpuSampler {
   // sampling kernels over the pass's logits. The kernels write their results straight into mapped
   // pinned host memory, so no copy follows them either; they are valid once the stream has
   // synchronised.
-  void prepare(const std::vector<Request>& reqs, cudaStream_t stream);
-  void launch(const float* logits, cudaStream_t stream);
-  std::vector<SampledToken> collect() const;
+  //
+  // Two steps may be in flight (the backend launches step N + 1 before reading step N), so every
+  // per-step buffer comes twice: prepare() returns the slot it filled, launch() and collect()
+  // take it. A slot is reused two prepares later, when its step has been collected.
+  int prepare(const std::vector<Request>& reqs, cudaStream_t stream);
+  // ids (optional): where the kernels also write the chosen ids, in device memory.
+  void launch(int slot, const float* logits, int32_t* ids, cudaStream_t stream);
+  std::vector<SampledToken> collect(int slot) const;
 
  private:
+  struct Slot {
+    cudaEvent_t uploaded = nullptr;
+    DeviceBuffer rows_d, tokens_d;
+    SampleRow* rows_h = nullptr;
+    SampleResult* results_h = nullptr;  // mapped: the kernel writes it through results_dev
+    SampleResult* results_dev = nullptr;
+    int32_t* tokens_h = nullptr;
+    size_t tokens_cap = 0;
+    std::vector<int> logprobs_wanted;
+    // The results copied out before a growth freed results_h (the other slot's step, in flight).
+    std::vector<SampleResult> held;
+    bool use_held = false;
+  };
+  void grow_rows(int n, cudaStream_t stream);
   int vocab_;
   cudaStream_t side_ = nullptr;
-  cudaEvent_t uploaded_ = nullptr;
   int cap_rows_ = 0;
-  DeviceBuffer work_, flags_, counts_, rows_d_, tokens_d_, stats_;
-  SampleRow* rows_h_ = nullptr;
-  SampleResult* results_h_ = nullptr;  // mapped: the kernel writes it through results_dev_
-  SampleResult* results_dev_ = nullptr;
-  int32_t* tokens_h_ = nullptr;
-  size_t tokens_cap_ = 0;
-  std::vector<int> logprobs_wanted_;
+  int next_ = 0;
+  DeviceBuffer work_, flags_, counts_, stats_;
+  Slot slots_[2];
 };
 
 }  // namespace rs::cuda
