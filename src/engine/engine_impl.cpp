@@ -419,14 +419,16 @@ void EngineImpl::step() {
 }
 
 bool EngineImpl::chainable(const InFlight& f) const {
-  // Exactly the running sequences, each sampling its next token in f, and nobody waiting to be
+  // Exactly the running sequences, each decoding one token in f, and nobody waiting to be
   // admitted (a waiting request is scheduled at the next sync, one step later at most).
   if (!sched_->waiting().empty() || f.seqs.size() != sched_->running().size()) return false;
   for (const ScheduledSeq& sc : f.seqs) {
     const Sequence* s = sc.seq;
     const Request* r = s->request;
     const GenerationRequest& g = r->req;
-    if (!sc.sample || is_terminal(s->state) || s->awaiting_fork) return false;
+    // A prefill is read first: its first token goes out at once (TTFT), and the step after it
+    // could not replay the decode graph behind it anyway (the backend would wait for it).
+    if (!sc.sample || sc.num_tokens != 1 || is_terminal(s->state) || s->awaiting_fork) return false;
     if (std::find(sched_->running().begin(), sched_->running().end(), s) == sched_->running().end()) return false;
     // What the host must see before the next sample: the token itself for JSON's grammar and the
     // output counts of the penalties; a cancel is taken at the next sync.

@@ -117,7 +117,7 @@ TEST_CASE("overlapped steps (each decode step launched before the last is read) 
     CHECK(c.choices[0].tokens == m.greedy[p]);
   }
   CHECK(wait_until([&] { return e->stats().kv_blocks_used == 0; }));
-  CHECK(e->stats().overlapped_steps >= 4 * 9);  // every decode step of the four alone, at least
+  CHECK(e->stats().overlapped_steps >= 4 * 8);  // tokens 3..10 of each of the four alone, at least
 }
 
 TEST_CASE("8 concurrent requests, batched with chunked prefill, equal the same requests one at a time") {
