@@ -94,6 +94,8 @@ void run_forward(const ForwardArgs& a) {
   if (a.iters < 1 || a.warmup < 0) throw Error("--iters must be >= 1 and --warmup >= 0");
   const int T = a.phase == "decode" ? 1 : (a.tokens > 0 ? a.tokens : a.context);
   if (a.phase == "decode" && a.tokens > 1) throw Error("--tokens must be 1 for --phase decode");
+  if (a.phase != "decode" && (a.repeat_step || a.no_overlap))
+    throw Error(std::string(a.repeat_step ? "--repeat-step" : "--no-overlap") + ": decode steps only");
   if (T > a.context) throw Error("--tokens (" + std::to_string(T) + ") exceeds --context (" + std::to_string(a.context) + ")");
 
   ModelSpec spec = a.config.empty() ? load_model_spec(a.model) : parse_model_spec(read_text_file(a.config), a.config);
