@@ -324,11 +324,9 @@ void CudaBackend::launch(const Batch& batch) {
   const bool same_graph = decode_only(batch) && !pass_->profiling() && last_launch_bucket_ != 0 &&
                           bucket_for(nseq) == last_launch_bucket_ && graphs_.count(last_launch_bucket_) != 0;
   std::vector<int32_t> chained_tok(nseq, 0);
-  bool any_chained = false;
   for (int i = 0; i < nseq; ++i) {
     const SeqStep& s = batch.seqs[i];
     if (!s.token_from_previous) continue;
-    any_chained = true;
     if (s.tokens.size() != 1) throw Error("cuda backend: a chained step's sequence must decode one token");
     int row = -1;
     for (auto [id, k] : last_sampler_rows_)
