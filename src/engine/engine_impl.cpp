@@ -42,6 +42,17 @@ uint64_t choice_seed(uint64_t seed, int choice) {
   return z ^ (z >> 31);
 }
 
+// The sampler's view of a sequence's next draw once it has `outputs` tokens (the penalties'
+// output tokens and JSON mode's mask are the caller's).
+SamplingState sampling_state(const Sequence& s, size_t outputs) {
+  const GenerationRequest& g = s.request->req;
+  SamplingState st;
+  st.params = static_cast<int>(outputs) < g.min_tokens ? &s.sampling_min : &s.sampling;
+  st.prompt_tokens = g.prompt;
+  st.draw_index = outputs;
+  return st;
+}
+
 // min_tokens: the sampler sees EOS (unless ignored) and the stop tokens at -inf, on top of any
 // logit_bias the request has for them.
 SamplingParams with_stop_tokens_banned(const SamplingParams& p, const GenerationRequest& g,
@@ -392,11 +403,8 @@ void EngineImpl::step() {
     st.sample = sc.sample;
     // Position p's logits score prompt token p + 1: only the prefill up to P - 1 matters.
     st.return_logits = r->req.prompt_logprobs && !r->prompt_logprobs_done && s->num_computed < r->prompt_len() - 1;
-    st.sampling.params =
-        static_cast<int>(s->output_tokens.size()) < r->req.min_tokens ? &s->sampling_min : &s->sampling;
-    st.sampling.prompt_tokens = r->req.prompt;
+    st.sampling = sampling_state(*s, s->output_tokens.size());
     st.sampling.output_tokens = s->output_tokens;
-    st.sampling.draw_index = s->output_tokens.size();
     if (s->json && sc.sample) {
       json_masker_->allowed(*s->json, s->allowed);
       st.sampling.allowed = s->allowed;
@@ -450,7 +458,6 @@ std::optional<EngineImpl::InFlight> EngineImpl::launch_chained(const InFlight& f
   InFlight next;
   for (const ScheduledSeq& sc : f.seqs) {
     Sequence* s = sc.seq;
-    const Request* r = s->request;
     // f computes up to position num_computed + num_tokens - 1 and samples the token for the next.
     const int pos = s->num_computed + sc.num_tokens;
     if (!sched_->reserve_position(s, pos)) return std::nullopt;  // blocks are tight: sync instead
@@ -461,10 +468,7 @@ std::optional<EngineImpl::InFlight> EngineImpl::launch_chained(const InFlight& f
     st.start_pos = pos;
     st.block_table = s->block_table;
     st.sample = true;
-    const size_t outputs = s->output_tokens.size() + 1;  // f's token counted
-    st.sampling.params = static_cast<int>(outputs) < r->req.min_tokens ? &s->sampling_min : &s->sampling;
-    st.sampling.prompt_tokens = r->req.prompt;
-    st.sampling.draw_index = outputs;
+    st.sampling = sampling_state(*s, s->output_tokens.size() + 1);  // f's token counted
     batch.seqs.push_back(st);
     next.seqs.push_back(ScheduledSeq{s, 1, true});
     next.return_logits.push_back(0);

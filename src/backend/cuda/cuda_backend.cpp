@@ -244,15 +244,18 @@ class CudaBackend final : public Backend {
     std::vector<SeqResult> results;
     std::vector<int> req_seq;  // sampler request k -> batch index
     int sampler_slot = 0;
-    bool settled = false;  // tokens already in results (settle())
+    bool settled = false;  // tokens already in results (take_tokens)
   };
   std::vector<Launched> launched_;  // oldest first, two at most
-  // The last launch's sampler rows by sequence, for the next step's chained rows.
-  std::vector<std::pair<uint64_t, int>> last_sampler_rows_;
+  // The sequence of each of the last launch's sampler rows, for the next step's chained rows.
+  std::vector<uint64_t> last_sampler_seqs_;
   int last_launch_bucket_ = 0;  // 0: the last launch was not a decode graph
-  std::vector<int32_t> last_collected_tokens_;  // by sampler row, when the last launch is collected
-  // Waits for every launched step and moves its tokens into its results, so that nothing of a
-  // step in flight depends on buffers the next launch may reallocate.
+  // The last launch's tokens by sampler row, once read on the host (take_tokens).
+  std::vector<int32_t> last_tokens_by_row_;
+  // Reads a finished step's tokens into its results (and, for the last launch, last_tokens_by_row_).
+  void take_tokens(Launched& l);
+  // Waits for every launched step and takes its tokens, so that nothing of a step in flight
+  // depends on buffers the next launch may reallocate.
   void settle();
   cudaEvent_t take_event();
   std::vector<cudaEvent_t> spare_events_;
@@ -299,15 +302,21 @@ cudaEvent_t CudaBackend::take_event() {
   return e;
 }
 
+void CudaBackend::take_tokens(Launched& l) {
+  std::vector<SampledToken> sampled = sampler_->collect(l.sampler_slot);
+  if (&l == &launched_.back()) {
+    last_tokens_by_row_.clear();
+    for (const SampledToken& t : sampled) last_tokens_by_row_.push_back(t.id);
+  }
+  for (size_t k = 0; k < l.req_seq.size(); ++k) l.results[l.req_seq[k]].token = std::move(sampled[k]);
+  l.settled = true;
+}
+
 void CudaBackend::settle() {
   if (launched_.empty()) return;
   RS_CUDA(cudaStreamSynchronize(stream_));
-  for (Launched& l : launched_) {
-    if (l.settled) continue;
-    std::vector<SampledToken> sampled = sampler_->collect(l.sampler_slot);
-    for (size_t k = 0; k < l.req_seq.size(); ++k) l.results[l.req_seq[k]].token = std::move(sampled[k]);
-    l.settled = true;
-  }
+  for (Launched& l : launched_)
+    if (!l.settled) take_tokens(l);
 }
 
 void CudaBackend::launch(const Batch& batch) {
@@ -326,28 +335,23 @@ void CudaBackend::launch(const Batch& batch) {
   std::vector<int32_t> chained_tok(nseq, 0);
   for (int i = 0; i < nseq; ++i) {
     const SeqStep& s = batch.seqs[i];
-    if (!s.token_from_previous) continue;
-    if (s.tokens.size() != 1) throw Error("cuda backend: a chained step's sequence must decode one token");
-    int row = -1;
-    for (auto [id, k] : last_sampler_rows_)
-      if (id == s.seq_id) row = k;
+    if (!s.token_from_previous) continue;  // (validate_batch: a chained sequence decodes one token)
+    // The engine chains the same sequences in the same order: row i first, a search otherwise.
+    int row = size_t(i) < last_sampler_seqs_.size() && last_sampler_seqs_[i] == s.seq_id ? i : -1;
+    for (size_t k = 0; row < 0 && k < last_sampler_seqs_.size(); ++k)
+      if (last_sampler_seqs_[k] == s.seq_id) row = int(k);
     if (row < 0)
       throw Error("cuda backend: seq " + std::to_string(s.seq_id) +
                   " takes its token from the previous step, which sampled none for it");
     chained_tok[i] = -(row + 1);
   }
-  if (!same_graph) {
+  // The sampler reallocates its slots when it grows: not under a step in flight either.
+  int samples = 0;
+  for (const SeqStep& s : batch.seqs) samples += s.sample && !s.tokens.empty();
+  if (!same_graph || !sampler_->holds(samples)) {
     settle();
-    for (int i = 0; i < nseq; ++i) {
-      if (!batch.seqs[i].token_from_previous) continue;
-      const int row = -chained_tok[i] - 1;
-      if (!launched_.empty()) {
-        const Launched& prev = launched_.back();
-        chained_tok[i] = prev.results[prev.req_seq[row]].token->id;
-      } else {
-        chained_tok[i] = last_collected_tokens_.at(size_t(row));
-      }
-    }
+    for (int i = 0; i < nseq; ++i)
+      if (batch.seqs[i].token_from_previous) chained_tok[i] = last_tokens_by_row_.at(size_t(-chained_tok[i] - 1));
   }
   if (!batch.block_copies.empty()) pass_->copy_blocks(batch.block_copies, stream_);
 
@@ -458,8 +462,8 @@ void CudaBackend::launch(const Batch& batch) {
   }
   L.done = take_event();
   RS_CUDA(cudaEventRecord(L.done, stream_));
-  last_sampler_rows_.clear();
-  for (size_t k = 0; k < L.req_seq.size(); ++k) last_sampler_rows_.emplace_back(batch.seqs[L.req_seq[k]].seq_id, int(k));
+  last_sampler_seqs_.clear();
+  for (int i : L.req_seq) last_sampler_seqs_.push_back(batch.seqs[i].seq_id);
   last_launch_bucket_ = launch_bucket;
   launched_.push_back(std::move(L));
 }
@@ -470,14 +474,9 @@ std::vector<SeqResult> CudaBackend::collect() {
   if (!l.settled) {
     RS_CUDA(cudaEventSynchronize(l.done));
     pass_->collect_profile();
-    std::vector<SampledToken> sampled = sampler_->collect(l.sampler_slot);
-    for (size_t k = 0; k < l.req_seq.size(); ++k) l.results[l.req_seq[k]].token = std::move(sampled[k]);
+    take_tokens(l);
   }
   std::vector<SeqResult> out = std::move(l.results);
-  if (launched_.size() == 1) {  // the last launch: a later chained step may read its tokens here
-    last_collected_tokens_.clear();
-    for (int i : l.req_seq) last_collected_tokens_.push_back(out[i].token ? out[i].token->id : 0);
-  }
   spare_events_.push_back(l.done);
   launched_.erase(launched_.begin());
   return out;

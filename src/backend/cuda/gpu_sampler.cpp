@@ -37,15 +37,9 @@ SampleRow sample_row_of(const SamplingParams& p, uint64_t draw_index, int logits
 }
 
 void GpuSampler::grow_rows(int n, cudaStream_t stream) {
-  // Every step on `stream` has finished after this: the other slot's results (a step launched
-  // and not yet collected) are copied out before their pinned memory goes.
+  // The caller has read every step in flight (holds()); none may still write these buffers.
   RS_CUDA(cudaStreamSynchronize(stream));
   RS_CUDA(cudaStreamSynchronize(side_));
-  for (Slot& sl : slots_)
-    if (sl.results_h && !sl.logprobs_wanted.empty() && !sl.use_held) {
-      sl.held.assign(sl.results_h, sl.results_h + sl.logprobs_wanted.size());
-      sl.use_held = true;
-    }
   const int c = std::max(n, 2 * cap_rows_);
   const size_t per = size_t(c) * vocab_ * 4;
   work_.reset(per, "sampler work");
@@ -72,9 +66,8 @@ int GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) {
   const int slot = next_;
   next_ ^= 1;
   Slot& sl = slots_[slot];
-  if (n > cap_rows_) grow_rows(n, stream);  // (this slot's held copy, if made, is dropped next)
+  if (n > cap_rows_) grow_rows(n, stream);
   sl.logprobs_wanted.assign(n, -1);
-  sl.use_held = false;
   if (n == 0) return slot;
   static const SamplingParams kGreedy = [] {
     SamplingParams p;
@@ -158,7 +151,7 @@ std::vector<SampledToken> GpuSampler::collect(int slot) const {
   const Slot& sl = slots_[slot];
   std::vector<SampledToken> out(sl.logprobs_wanted.size());
   for (size_t i = 0; i < out.size(); ++i) {
-    const SampleResult& r = sl.use_held ? sl.held[i] : sl.results_h[i];
+    const SampleResult& r = sl.results_h[i];
     out[i].id = r.id;
     out[i].logprob = r.logprob;
     const int ntop = std::min(sl.logprobs_wanted[i], kMaxTopLogprobs);

@@ -37,6 +37,9 @@ class GpuSampler {
   // ids (optional): where the kernels also write the chosen ids, in device memory.
   void launch(int slot, const float* logits, int32_t* ids, cudaStream_t stream);
   std::vector<SampledToken> collect(int slot) const;
+  // Whether prepare() takes n requests without growing: a growth frees both slots' pinned
+  // buffers, so the caller reads every step in flight first.
+  bool holds(int n) const { return n <= cap_rows_; }
 
  private:
   struct Slot {
@@ -48,9 +51,6 @@ class GpuSampler {
     int32_t* tokens_h = nullptr;
     size_t tokens_cap = 0;
     std::vector<int> logprobs_wanted;
-    // The results copied out before a growth freed results_h (the other slot's step, in flight).
-    std::vector<SampleResult> held;
-    bool use_held = false;
   };
   void grow_rows(int n, cudaStream_t stream);
   int vocab_;
