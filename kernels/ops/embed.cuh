@@ -8,6 +8,7 @@ namespace rs::cuda {
 __device__ __forceinline__ void embed_row(const EmbedParams& p, int row) {
   const int32_t t = p.tokens[row];
   const int64_t tok = t >= 0 ? t : p.chained[-t - 1];
+  if (p.resolved && threadIdx.x == 0) p.resolved[row] = static_cast<int32_t>(tok);
   const uint4* src = reinterpret_cast<const uint4*>(p.table + tok * p.hidden);
   float* dst = p.residual + static_cast<int64_t>(row) * p.hidden;
   for (int i = threadIdx.x; i < p.hidden / 8; i += blockDim.x) {

@@ -13,6 +13,10 @@ struct EmbedParams {
   // A chained decode step's rows hold -(k + 1): the token the sampler wrote to chained[k] in the
   // step before, read here on the device so that the step could be launched before it was known.
   const int32_t* chained = nullptr;
+  // [n] (optional): each row's token as read, chained rows resolved. The sampler reads a chained
+  // row's token here for the penalties (it is the sequence's newest output token, and `chained`
+  // itself is rewritten by the sampler that reads it).
+  int32_t* resolved = nullptr;
   float* residual = nullptr;             // [n, hidden]
   int n = 0, hidden = 0;
 };

@@ -158,27 +158,30 @@ __device__ void sample_row(const SamplingParamsDev& p, int b) {
   __syncthreads();
   const int32_t* prompt = p.tokens + r.prompt_off;
   const int32_t* output = p.tokens + r.output_off;
+  // A chained step's newest output token was sampled on the device after this row was packed.
+  const int out_n = r.output_len + (r.pending_row >= 0 ? 1 : 0);
+  auto output_token = [&](int j) { return j < r.output_len ? output[j] : p.resolved[r.pending_row]; };
   if (r.repetition != 1.0f) {  // every token seen in prompt or output, once
-    for (int j = threadIdx.x; j < r.prompt_len + r.output_len; j += blockDim.x) {
-      const int t = j < r.prompt_len ? prompt[j] : output[j - r.prompt_len];
+    for (int j = threadIdx.x; j < r.prompt_len + out_n; j += blockDim.x) {
+      const int t = j < r.prompt_len ? prompt[j] : output_token(j - r.prompt_len);
       if (t >= 0 && t < V) flag[t] = 1;
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < r.prompt_len + r.output_len; j += blockDim.x) {
-      const int t = j < r.prompt_len ? prompt[j] : output[j - r.prompt_len];
+    for (int j = threadIdx.x; j < r.prompt_len + out_n; j += blockDim.x) {
+      const int t = j < r.prompt_len ? prompt[j] : output_token(j - r.prompt_len);
       if (t >= 0 && t < V && atomicExch(&flag[t], 0))
         w[t] = w[t] > 0 ? w[t] / r.repetition : w[t] * r.repetition;
     }
     __syncthreads();
   }
   if (r.presence != 0.0f || r.frequency != 0.0f) {
-    for (int j = threadIdx.x; j < r.output_len; j += blockDim.x) {
-      const int t = output[j];
+    for (int j = threadIdx.x; j < out_n; j += blockDim.x) {
+      const int t = output_token(j);
       if (t >= 0 && t < V) atomicAdd(&cnt[t], 1);
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < r.output_len; j += blockDim.x) {
-      const int t = output[j];
+    for (int j = threadIdx.x; j < out_n; j += blockDim.x) {
+      const int t = output_token(j);
       if (t < 0 || t >= V) continue;
       const int c = atomicExch(&cnt[t], 0);
       if (c) w[t] -= r.frequency * static_cast<float>(c) + r.presence;

@@ -21,6 +21,9 @@ struct SampleRow {
   int prompt_off = 0, prompt_len = 0, output_off = 0, output_len = 0;  // into `tokens`
   int bias_off = 0, bias_len = 0;  // into `tokens`: bias_len pairs (id, bias as float bits)
   int mask_off = -1;               // into `tokens`: (vocab + 31) / 32 allowed-token bitmask words, or none
+  // A chained step's row (>= 0): the output tokens end with one the host has not seen yet, the
+  // forward pass's input token of this row, read from `resolved` (EmbedParams::resolved).
+  int pending_row = -1;
 };
 
 struct SampleResult {
@@ -50,6 +53,7 @@ struct SamplingParamsDev {
   int vocab = 0, n = 0;
   const SampleRow* rows = nullptr;  // [n]
   const int32_t* tokens = nullptr;  // penalty token and logit-bias pool
+  const int32_t* resolved = nullptr;  // the forward pass's input tokens by row (SampleRow::pending_row)
   float* work = nullptr;            // [n, vocab] scratch
   int32_t* flags = nullptr;         // [n, vocab] zero before and after the kernel
   int32_t* counts = nullptr;        // [n, vocab] zero before and after the kernel

@@ -25,6 +25,8 @@ struct SeqStep {
   bool return_logits = false;            // fp32 logits for every token of this step (teacher forcing)
   // Chained decode: tokens holds one placeholder, and the token is the one this sequence sampled
   // in the step launched just before this one (read where it was sampled: on a GPU, on the GPU).
+  // That token is also the sequence's newest output, which the penalties count:
+  // sampling.output_tokens holds the outputs before it.
   bool token_from_previous = false;
   SamplingState sampling;
 };

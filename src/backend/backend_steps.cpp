@@ -12,6 +12,7 @@ void Backend::launch(const Batch& batch) {
   if (uncollected_.size() >= 2) throw Error(name() + " backend: two launched steps are not collected yet");
   Batch resolved = batch;
   std::vector<int32_t> tokens(batch.seqs.size());
+  std::vector<std::vector<int32_t>> outputs(batch.seqs.size());  // a chained step's, its token appended
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     SeqStep& s = resolved.seqs[i];
     if (!s.token_from_previous) continue;
@@ -27,6 +28,9 @@ void Backend::launch(const Batch& batch) {
                   " takes its token from the previous step, which sampled none for it");
     s.tokens = std::span<const int32_t>(&tokens[i], 1);
     s.token_from_previous = false;
+    outputs[i].assign(s.sampling.output_tokens.begin(), s.sampling.output_tokens.end());
+    outputs[i].push_back(tokens[i]);
+    s.sampling.output_tokens = outputs[i];
   }
   std::vector<SeqResult> r = execute(resolved);
   last_sampled_.clear();

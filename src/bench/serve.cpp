@@ -35,6 +35,8 @@ struct ServeBenchArgs {
   double request_rate = std::numeric_limits<double>::infinity();
   int max_concurrency = 0;
   int vocab_size = 0;  // 0: from the server's model card
+  // Sampling sent with every request (vLLM bench serve's sampling options); greedy by default.
+  double temperature = 0, frequency_penalty = 0, presence_penalty = 0, repetition_penalty = 1;
   uint64_t seed = 0;
   std::string json;
 };
@@ -132,7 +134,10 @@ void run_serve_bench(const ServeBenchArgs& a) {
     const int n = len_between(a.input_len);
     for (int i = 0; i < n; ++i) ids.push_back(tok(rng));
     j.body = {{"model", model}, {"prompt", ids}, {"max_tokens", len_between(a.output_len)},
-              {"temperature", 0}, {"ignore_eos", true}};
+              {"temperature", a.temperature}, {"ignore_eos", true}};
+    if (a.frequency_penalty != 0) j.body["frequency_penalty"] = a.frequency_penalty;
+    if (a.presence_penalty != 0) j.body["presence_penalty"] = a.presence_penalty;
+    if (a.repetition_penalty != 1) j.body["repetition_penalty"] = a.repetition_penalty;
     j.at = t;
     if (!std::isinf(a.request_rate)) t += gap(rng);
   }
@@ -231,6 +236,10 @@ void add_serve(CLI::App& bench) {
   cmd->add_option("--max-concurrency", a->max_concurrency, "requests in flight at most (0: unlimited)")->capture_default_str();
   cmd->add_option("--vocab-size", a->vocab_size, "token ids drawn below this (default: the model card's vocab_size)");
   cmd->add_option("--seed", a->seed, "prompt and arrival seed")->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "sampling temperature of every request")->capture_default_str();
+  cmd->add_option("--frequency-penalty", a->frequency_penalty, "every request's frequency_penalty")->capture_default_str();
+  cmd->add_option("--presence-penalty", a->presence_penalty, "every request's presence_penalty")->capture_default_str();
+  cmd->add_option("--repetition-penalty", a->repetition_penalty, "every request's repetition_penalty")->capture_default_str();
   cmd->add_option("--json", a->json, "also write the figures to this file");
   cmd->callback([a] { run_serve_bench(*a); });
 }

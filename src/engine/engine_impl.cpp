@@ -438,11 +438,9 @@ bool EngineImpl::chainable(const InFlight& f) const {
     // could not replay the decode graph behind it anyway (the backend would wait for it).
     if (!sc.sample || sc.num_tokens != 1 || is_terminal(s->state) || s->awaiting_fork) return false;
     if (std::find(sched_->running().begin(), sched_->running().end(), s) == sched_->running().end()) return false;
-    // What the host must see before the next sample: the token itself for JSON's grammar and the
-    // output counts of the penalties; a cancel is taken at the next sync.
+    // What the host must see before the next sample: the token itself for JSON's grammar (the
+    // penalties count the token in flight where it is sampled); a cancel is taken at the next sync.
     if (s->json || r->channel->cancel_requested()) return false;
-    for (const SamplingParams* p : {&s->sampling, &s->sampling_min})
-      if (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) return false;
     if (g.prompt_logprobs && !r->prompt_logprobs_done) return false;
     // After f's token the sequence must have room for one more, or chaining only wastes a step.
     const int outputs_after = static_cast<int>(s->output_tokens.size()) + 1;
@@ -469,6 +467,7 @@ std::optional<EngineImpl::InFlight> EngineImpl::launch_chained(const InFlight& f
     st.block_table = s->block_table;
     st.sample = true;
     st.sampling = sampling_state(*s, s->output_tokens.size() + 1);  // f's token counted
+    st.sampling.output_tokens = s->output_tokens;                     // f's token follows (token_from_previous)
     batch.seqs.push_back(st);
     next.seqs.push_back(ScheduledSeq{s, 1, true});
     next.return_logits.push_back(0);

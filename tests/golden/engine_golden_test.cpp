@@ -120,6 +120,32 @@ TEST_CASE("overlapped steps (each decode step launched before the last is read) 
   CHECK(e->stats().overlapped_steps >= 4 * 8);  // tokens 3..10 of each of the four alone, at least
 }
 
+TEST_CASE("overlapped steps with penalties equal the same requests stepped in sync") {
+  // Negative penalties (rewarding what was said) change the greedy output towards repeating the
+  // newest tokens, so each chained step's penalties must count the token still in flight: a
+  // missing or doubled count picks differently.
+  const auto& m = model();
+  EngineConfig sync_cfg, overlap_cfg;
+  sync_cfg.overlap_steps = 0;
+  overlap_cfg.overlap_steps = 1;
+  auto in_sync = m.engine(sync_cfg);
+  auto overlapped = m.engine(overlap_cfg);
+  int changed = 0;
+  for (int p = 0; p < 4; ++p) {
+    CAPTURE(p);
+    GenerationRequest r = greedy_request(m.prompts[p]);
+    r.sampling.frequency_penalty = -1.5f;
+    r.sampling.presence_penalty = -1.0f;
+    r.sampling.repetition_penalty = 0.9f;
+    const auto want = run_alone(*in_sync, r);
+    CHECK(run_alone(*overlapped, r) == want);
+    changed += want != m.greedy[p];
+  }
+  CHECK(changed > 0);  // the penalties did change something
+  CHECK(overlapped->stats().overlapped_steps >= 4 * 8);
+  CHECK(in_sync->stats().overlapped_steps == 0);
+}
+
 TEST_CASE("8 concurrent requests, batched with chunked prefill, equal the same requests one at a time") {
   const auto& m = model();
   auto prompts = eight_prompts();

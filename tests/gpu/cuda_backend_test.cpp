@@ -158,18 +158,25 @@ rs::Batch prefill_batch(const std::vector<std::vector<int32_t>>& prompts, const 
     s.block_table = tables[i];
     s.sample = true;
     s.sampling.params = &greedy;
+    s.sampling.prompt_tokens = prompts[i];
     pre.seqs.push_back(s);
   }
   return pre;
 }
 
-// Greedy continuation of each prompt, decoded together as one batch (prefill in one mixed step).
-std::vector<std::vector<int32_t>> greedy_batch(rs::Backend& be, const std::vector<std::vector<int32_t>>& prompts,
-                                               int steps, int first_block) {
-  const int n = int(prompts.size());
-  std::vector<std::vector<int32_t>> out(n), tables(n), cur(n);
+rs::SamplingParams greedy_params() {
   rs::SamplingParams greedy;
   greedy.temperature = 0;
+  return greedy;
+}
+
+// Greedy continuation of each prompt, decoded together as one batch (prefill in one mixed step);
+// `greedy` may carry penalties (each step then sees the outputs so far).
+std::vector<std::vector<int32_t>> greedy_batch(rs::Backend& be, const std::vector<std::vector<int32_t>>& prompts,
+                                               int steps, int first_block,
+                                               const rs::SamplingParams& greedy = greedy_params()) {
+  const int n = int(prompts.size());
+  std::vector<std::vector<int32_t>> out(n), tables(n), cur(n);
   for (int i = 0; i < n; ++i) tables[i] = blocks_from(first_block + i * 8, 8);
   const rs::Batch pre = prefill_batch(prompts, tables, greedy);
   auto r = be.execute(pre);
@@ -185,6 +192,8 @@ std::vector<std::vector<int32_t>> greedy_batch(rs::Backend& be, const std::vecto
       s.block_table = tables[i];
       s.sample = true;
       s.sampling.params = &greedy;
+      s.sampling.prompt_tokens = prompts[i];
+      s.sampling.output_tokens = out[i];
       b.seqs.push_back(s);
     }
     r = be.execute(b);
@@ -198,12 +207,11 @@ std::vector<std::vector<int32_t>> greedy_batch(rs::Backend& be, const std::vecto
 // collected. The first chained step follows the eager prefill (its tokens resolved on the host),
 // the others replay the decode graph right behind each other.
 std::vector<std::vector<int32_t>> greedy_batch_overlapped(rs::Backend& be, const std::vector<std::vector<int32_t>>& prompts,
-                                                          int steps, int first_block) {
+                                                          int steps, int first_block,
+                                                          const rs::SamplingParams& greedy = greedy_params()) {
   const int n = int(prompts.size());
   std::vector<std::vector<int32_t>> out(n), tables(n);
   const std::vector<int32_t> placeholder = {0};
-  rs::SamplingParams greedy;
-  greedy.temperature = 0;
   for (int i = 0; i < n; ++i) tables[i] = blocks_from(first_block + i * 8, 8);
   const rs::Batch pre = prefill_batch(prompts, tables, greedy);
   be.launch(pre);
@@ -219,6 +227,8 @@ std::vector<std::vector<int32_t>> greedy_batch_overlapped(rs::Backend& be, const
         s.block_table = tables[i];
         s.sample = true;
         s.sampling.params = &greedy;
+        s.sampling.prompt_tokens = prompts[i];
+        s.sampling.output_tokens = out[i];  // the token in flight follows (token_from_previous)
         b.seqs.push_back(s);
       }
       be.launch(b);
@@ -304,6 +314,19 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
     // Overlapped steps read the same tokens on the device: the same bits, so the same tokens.
     CHECK(greedy_batch_overlapped(*gpu, ids, steps, 0) == batched);
     CHECK(greedy_batch_overlapped(*gpu, ids12, steps, 0) == batched12);
+    {
+      // Penalties: a chained row's token in flight is counted on the device (the embedding's
+      // resolved id). Negative ones reward repeating the newest tokens, so a missing or doubled
+      // count picks differently (golden.engine's case fails that way when the count is left out).
+      rs::SamplingParams pen = greedy_params();
+      pen.frequency_penalty = -1.5f;
+      pen.presence_penalty = -1.0f;
+      pen.repetition_penalty = 0.9f;
+      auto stepped = greedy_batch(*gpu, ids, steps, 0, pen);
+      CHECK(stepped != batched);
+      CHECK(greedy_batch_overlapped(*gpu, ids, steps, 0, pen) == stepped);
+      CHECK(greedy_batch_overlapped(*gpu, ids12, steps, 0, pen) == greedy_batch(*gpu, ids12, steps, 0, pen));
+    }
     for (size_t p = 0; p < prompts.size(); ++p) {
       auto alone = greedy_batch(*gpu, {ids[p]}, steps, 0)[0];
       auto ref = greedy_batch(*cpu, {ids[p]}, steps, 0)[0];

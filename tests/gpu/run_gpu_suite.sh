@@ -207,13 +207,23 @@ serve_bench() {  # name, args...
     ROWS+=("$name|FAILED rc=$rc $(tail -1 "$OUTDIR/$name.log")")
   fi
 }
+overlapped_steps() {  # the server's overlapped_steps_total counter
+  python3 -c "import urllib.request,re;m=urllib.request.urlopen('http://127.0.0.1:$SPORT/metrics').read().decode();print(int(float(re.search(r'^\S*overlapped_steps_total(?:\{[^}]*\})? (\S+)',m,re.M).group(1))))" 2>/dev/null || echo "?"
+}
+# Penalised requests: their decode steps chain too (the token in flight counted on the device).
+PENALTIES="--frequency-penalty 0.5 --presence-penalty 0.3 --repetition-penalty 1.1"
 serve_bench serve_v2lite_c1  --num-prompts 8 --max-concurrency 1
 serve_bench serve_v2lite_c64 --num-prompts 256 --max-concurrency 64
+OV0=$(overlapped_steps)
+serve_bench serve_v2lite_c64_penalties --num-prompts 256 --max-concurrency 64 $PENALTIES
+OV1=$(overlapped_steps)
+ROWS+=("overlapped steps, penalties|$OV0 -> $OV1 (overlapped_steps_total across the penalised c64 run)")
 kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
 # The same server reading each step before launching the next (--no-overlap-steps).
 start_server serve_v2lite_sync --no-overlap-steps
 serve_bench serve_v2lite_c1_sync  --num-prompts 8 --max-concurrency 1
 serve_bench serve_v2lite_c64_sync --num-prompts 256 --max-concurrency 64
+serve_bench serve_v2lite_c64_penalties_sync --num-prompts 256 --max-concurrency 64 $PENALTIES
 kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
 
 echo

@@ -4,6 +4,7 @@
 // before "predicting", so a wrong block table, a missed copy-on-write or a bad prefix-cache hit
 // changes the output. The next token is a hash of the context (and of seed + draw index when
 // sampling), so the expected output of any request can be computed without the engine.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -123,6 +124,15 @@ class FakeBackend : public Backend {
         }
       }
       if (s.sample) {
+        // The penalties' view: the outputs so far are the context after the prompt (a chained
+        // step's resolved token included, Backend's default launch appends it).
+        const SamplingParams& sp = *s.sampling.params;
+        if (sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) {
+          const size_t P = s.sampling.prompt_tokens.size();
+          if (P > ctx.size() || !std::equal(s.sampling.output_tokens.begin(), s.sampling.output_tokens.end(),
+                                            ctx.begin() + std::min(P, ctx.size()), ctx.end()))
+            violations_.push_back("seq " + std::to_string(s.seq_id) + ": penalty output tokens are not its outputs");
+        }
         SampledToken t;
         t.id = script_.empty() ? fake_next(ctx, *s.sampling.params, s.sampling.draw_index, spec_.vocab_size)
                                : script_[s.sampling.draw_index % script_.size()];

@@ -135,13 +135,23 @@ TEST_CASE("overlapped steps: a cancel mid-chain ends the request as cancelled an
   CHECK(f.fake->violations().empty());
 }
 
-TEST_CASE("overlapped steps: penalties keep a request in sync (the host must see each token first)") {
+TEST_CASE("overlapped steps: penalties chain, each step's output tokens ending with the token in flight") {
+  // The fake backend records a violation whenever a sampled step's penalty outputs differ from
+  // the sequence's outputs so far (for a chained step: the host's ones plus the resolved token).
   FakeEngine f(overlapped());
-  auto r = request(make_prompt(6, 9), 12);
+  auto r = request(make_prompt(6, 9), 12, 0.7f, 5);
   r.sampling.presence_penalty = 0.5f;
-  auto c = collect(*f.engine->submit(r));
-  CHECK(c.choices[0].tokens.size() == 12);
-  CHECK(f.fake->chained() == 0);
+  r.sampling.repetition_penalty = 1.2f;
+  auto q = request(make_prompt(8, 4), 9);
+  q.sampling.frequency_penalty = -0.25f;
+  auto cr = collect(*f.engine->submit(r));
+  auto cq = collect(*f.engine->submit(q));
+  REQUIRE_FALSE(cr.timed_out);
+  REQUIRE_FALSE(cq.timed_out);
+  CHECK(cr.choices[0].tokens == fake_reference(r.prompt, r.sampling, 12, 101));
+  CHECK(cq.choices[0].tokens == fake_reference(q.prompt, q.sampling, 9, 101));
+  CHECK(f.fake->chained() == 10 + 7);  // tokens 3.. of each (see the first case)
+  CHECK(f.fake->violations().empty());
 }
 
 }  // TEST_SUITE

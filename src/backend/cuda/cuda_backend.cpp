@@ -364,11 +364,12 @@ void CudaBackend::launch(const Batch& batch) {
   plan.decode_rows = static_cast<int>(order.size());
   for (int i = 0; i < nseq; ++i)
     if (batch.seqs[i].tokens.size() > 1) order.push_back(i);
-  std::vector<int> seq_logit_row(nseq, -1), seq_logits_first(nseq, -1);
+  std::vector<int> seq_logit_row(nseq, -1), seq_logits_first(nseq, -1), seq_row0(nseq, -1);
   uint64_t kv_tokens = 0;
   for (int i : order) {
     const SeqStep& s = batch.seqs[i];
     const int row0 = static_cast<int>(plan.tokens.size());
+    seq_row0[i] = row0;
     const int T = static_cast<int>(s.tokens.size());
     for (int k = 0; k < T; ++k) {
       const int pos = s.start_pos + k;
@@ -409,7 +410,8 @@ void CudaBackend::launch(const Batch& batch) {
   for (int i = 0; i < nseq; ++i) {
     const SeqStep& s = batch.seqs[i];
     if (!s.sample || s.tokens.empty()) continue;
-    reqs.push_back(GpuSampler::Request{&s.sampling, seq_logit_row[i]});
+    // A chained row's input token is its sequence's newest output (Backend: token_from_previous).
+    reqs.push_back(GpuSampler::Request{&s.sampling, seq_logit_row[i], s.token_from_previous ? seq_row0[i] : -1});
     L.req_seq.push_back(i);
   }
 
@@ -448,7 +450,7 @@ void CudaBackend::launch(const Batch& batch) {
     }
     L.sampler_slot = sampler_->prepare(reqs, stream_);
     // The tokens also go to the pass's chained-id buffer, where a chained next step reads them.
-    sampler_->launch(L.sampler_slot, pass_->logits(), pass_->chained_ids(), stream_);
+    sampler_->launch(L.sampler_slot, pass_->logits(), pass_->chained_ids(), pass_->resolved_ids(), stream_);
     for (int i = 0; i < nseq; ++i) {
       const SeqStep& s = batch.seqs[i];
       if (!s.return_logits || s.tokens.empty()) continue;

@@ -184,6 +184,7 @@ void ForwardPass::ensure_capacity(const Capacity& want, cudaStream_t stream,
   logit_rows_d_ = seq_lens_d_ + c.decode_rows;
   bt_d_ = logit_rows_d_ + c.logit_rows;
   chained_ids_.reset(std::max<size_t>(N, size_t(c.logit_rows)) * 4, "chained token ids");
+  resolved_ids_.reset(N * 4, "resolved token ids");
   cap_ = c;
 }
 
@@ -699,6 +700,7 @@ void ForwardPass::forward(int n, int nd, const std::vector<Prefill>& prefills, i
   e.table = w_.embed;
   e.tokens = tokens_d_;
   e.chained = chained_ids_.get<int32_t>();
+  e.resolved = resolved_ids_.get<int32_t>();
   e.residual = residual_.get<float>();
   e.n = n;
   e.hidden = s.hidden_size;

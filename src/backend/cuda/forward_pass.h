@@ -67,6 +67,8 @@ class ForwardPass {
   // Where the sampler writes a step's token ids (request k at [k]), for the next step's chained
   // rows (a token of -(k + 1) in the plan); valid until ensure_capacity reallocates.
   int32_t* chained_ids() { return chained_ids_.get<int32_t>(); }
+  // Each row's input token as the embedding read it (chained rows resolved), until the next pass.
+  const int32_t* resolved_ids() const { return resolved_ids_.get<int32_t>(); }
   const int32_t* topk_ids(int layer) const;
   const float* route_margins(int layer) const;  // [rows of the last step], MoE layers only
   int decode_splits(int rows) const;
@@ -138,7 +140,7 @@ class ForwardPass {
   DeviceBuffer vupo_partials_, vupo_counters_;
   DeviceBuffer router_counters_;  // fused router: one int per 8-token chunk, left zero by the kernel
   // step metadata
-  DeviceBuffer meta_, prefill_bt_, chained_ids_;
+  DeviceBuffer meta_, prefill_bt_, chained_ids_, resolved_ids_;
   int32_t *tokens_d_ = nullptr, *positions_d_ = nullptr, *slots_d_ = nullptr, *seq_lens_d_ = nullptr,
           *logit_rows_d_ = nullptr, *bt_d_ = nullptr;
   // Two staging buffers, alternating: an upload is enqueued while the step before may still run,

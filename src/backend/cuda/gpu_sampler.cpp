@@ -85,6 +85,7 @@ int GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) {
       pool.insert(pool.end(), st.prompt_tokens.begin(), st.prompt_tokens.end());
     }
     if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+      r.pending_row = reqs[i].pending_row;
       r.output_off = static_cast<int>(pool.size());
       r.output_len = static_cast<int>(st.output_tokens.size());
       pool.insert(pool.end(), st.output_tokens.begin(), st.output_tokens.end());
@@ -126,7 +127,7 @@ int GpuSampler::prepare(const std::vector<Request>& reqs, cudaStream_t stream) {
   return slot;
 }
 
-void GpuSampler::launch(int slot, const float* logits, int32_t* ids, cudaStream_t stream) {
+void GpuSampler::launch(int slot, const float* logits, int32_t* ids, const int32_t* resolved, cudaStream_t stream) {
   Slot& sl = slots_[slot];
   const int n = static_cast<int>(sl.logprobs_wanted.size());  // the requests of its prepare()
   if (n == 0) return;
@@ -136,6 +137,7 @@ void GpuSampler::launch(int slot, const float* logits, int32_t* ids, cudaStream_
   d.n = n;
   d.rows = sl.rows_d.get<SampleRow>();
   d.tokens = sl.tokens_d.get<int32_t>();
+  d.resolved = resolved;
   d.work = work_.get<float>();
   d.flags = flags_.get<int32_t>();
   d.counts = counts_.get<int32_t>();

@@ -20,6 +20,9 @@ class GpuSampler {
   struct Request {
     const SamplingState* state;
     int logits_row;
+    // A chained step's forward row (else -1): its input token, which the host has not seen, is the
+    // sequence's newest output token; the penalties read it on the device (launch's `resolved`).
+    int pending_row = -1;
   };
   explicit GpuSampler(int vocab);
   ~GpuSampler();
@@ -34,8 +37,9 @@ class GpuSampler {
   // per-step buffer comes twice: prepare() returns the slot it filled, launch() and collect()
   // take it. A slot is reused two prepares later, when its step has been collected.
   int prepare(const std::vector<Request>& reqs, cudaStream_t stream);
-  // ids (optional): where the kernels also write the chosen ids, in device memory.
-  void launch(int slot, const float* logits, int32_t* ids, cudaStream_t stream);
+  // ids (optional): where the kernels also write the chosen ids, in device memory. resolved: the
+  // forward pass's input token of each row (needed when a request has a pending_row).
+  void launch(int slot, const float* logits, int32_t* ids, const int32_t* resolved, cudaStream_t stream);
   std::vector<SampledToken> collect(int slot) const;
   // Whether prepare() takes n requests without growing: a growth frees both slots' pinned
   // buffers, so the caller reads every step in flight first.
