@@ -427,9 +427,11 @@ void EngineImpl::step() {
 }
 
 bool EngineImpl::chainable(const InFlight& f) const {
-  // Exactly the running sequences, each decoding one token in f, and nobody waiting to be
-  // admitted (a waiting request is scheduled at the next sync, one step later at most).
-  if (!sched_->waiting().empty() || f.seqs.size() != sched_->running().size()) return false;
+  // Exactly the running sequences, each decoding one token in f, and nobody waiting who could be
+  // admitted (a waiting request is scheduled at the next sync, one step later at most). One kept
+  // out by max_num_seqs can start only once a running sequence finishes, which ends the chain.
+  if (!sched_->waiting().empty() && !sched_->admission_blocked_by_max_seqs()) return false;
+  if (f.seqs.size() != sched_->running().size()) return false;
   for (const ScheduledSeq& sc : f.seqs) {
     const Sequence* s = sc.seq;
     const Request* r = s->request;

@@ -43,6 +43,13 @@ int Scheduler::reserved_slots() const {
   return n;
 }
 
+bool Scheduler::admission_blocked_by_max_seqs() const {
+  if (waiting_.empty()) return false;
+  const Sequence* head = waiting_.front();
+  const int slots = head->awaiting_fork ? head->request->req.n : 1;
+  return reserved_slots() + slots > cfg_.max_num_seqs;  // schedule()'s admission test
+}
+
 int Scheduler::tokens_wanted(const Sequence* seq) const {
   // Before the fork, choice 0 computes the prompt minus its last token: each choice computes
   // that one itself and samples from its own logits row.
@@ -135,8 +142,7 @@ StepPlan Scheduler::schedule() {
 
   while (!waiting_.empty() && budget > 0) {
     Sequence* seq = waiting_.front();
-    const int slots = seq->awaiting_fork ? seq->request->req.n : 1;
-    if (reserved_slots() + slots > cfg_.max_num_seqs) break;
+    if (admission_blocked_by_max_seqs()) break;
     std::vector<int32_t> matched;
     std::vector<uint64_t> hashes;
     if (seq->num_computed == 0 && pool_.prefix_caching()) {

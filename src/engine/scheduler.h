@@ -57,6 +57,10 @@ class Scheduler {
 
   const std::vector<Sequence*>& running() const { return running_; }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
+  // Whether the next schedule() would admit nobody for lack of sequence slots: the queue head
+  // needs more than max_num_seqs leaves free (a server running flat out with more clients than
+  // max_num_seqs). Until a running sequence finishes, such waiting changes nothing.
+  bool admission_blocked_by_max_seqs() const;
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   uint64_t preemptions() const { return preemptions_; }
 

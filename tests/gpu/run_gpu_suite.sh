@@ -218,12 +218,17 @@ OV0=$(overlapped_steps)
 serve_bench serve_v2lite_c64_penalties --num-prompts 256 --max-concurrency 64 $PENALTIES
 OV1=$(overlapped_steps)
 ROWS+=("overlapped steps, penalties|$OV0 -> $OV1 (overlapped_steps_total across the penalised c64 run)")
+# More clients than --max-num-seqs (64): requests queue, and the running ones still chain.
+serve_bench serve_v2lite_c96 --num-prompts 288 --max-concurrency 96
+OV2=$(overlapped_steps)
+ROWS+=("overlapped steps, c96|$OV1 -> $OV2 (overlapped_steps_total across the c96 run, 64 running at most)")
 kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
 # The same server reading each step before launching the next (--no-overlap-steps).
 start_server serve_v2lite_sync --no-overlap-steps
 serve_bench serve_v2lite_c1_sync  --num-prompts 8 --max-concurrency 1
 serve_bench serve_v2lite_c64_sync --num-prompts 256 --max-concurrency 64
 serve_bench serve_v2lite_c64_penalties_sync --num-prompts 256 --max-concurrency 64 $PENALTIES
+serve_bench serve_v2lite_c96_sync --num-prompts 288 --max-concurrency 96
 kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
 
 echo

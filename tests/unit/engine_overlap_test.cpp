@@ -118,6 +118,31 @@ TEST_CASE("overlapped steps: a batch chains as a whole; a request arriving mid-c
   CHECK(f.fake->violations().empty());
 }
 
+TEST_CASE("overlapped steps: requests kept waiting by max_num_seqs do not stop the chain; they start once a slot frees") {
+  FakeEngine f(overlapped(1, /*max_num_seqs=*/2));
+  std::vector<GenerationRequest> reqs = {request(make_prompt(7, 4), 30), request(make_prompt(3, 5), 30, 1.0f, 5),
+                                         request(make_prompt(11, 6), 8), request(make_prompt(5, 7), 8, 0.7f, 9)};
+  f.fake->close_gate();
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (auto& r : reqs) hs.push_back(f.engine->submit(r));
+  // Twelve steps: the first two decode about ten tokens each while the other two wait (the first
+  // two need 30). Stepping in sync, no step would be chained before those two finished.
+  f.fake->allow_steps(12);
+  REQUIRE(wait_until([&] { return f.fake->steps() == 12 && f.fake->blocked(); }));
+  CHECK(f.fake->chained() >= 2 * 8);
+  CHECK(f.engine->stats().waiting == 2);
+  f.fake->open_gate();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    CAPTURE(i);
+    auto c = collect(*hs[i]);
+    REQUIRE_FALSE(c.timed_out);
+    CHECK(c.choices[0].tokens == fake_reference(reqs[i].prompt, reqs[i].sampling, reqs[i].max_tokens, 101));
+  }
+  CHECK(f.fake->max_batch() == 2);
+  CHECK(f.fake->violations().empty());
+  CHECK(wait_until([&] { return f.engine->stats().kv_blocks_used == 0 && f.engine->stats().running == 0; }));
+}
+
 TEST_CASE("overlapped steps: a cancel mid-chain ends the request as cancelled and frees its blocks") {
   FakeEngine f(overlapped());
   auto r = request(make_prompt(6, 8), 240);

@@ -102,14 +102,18 @@ TEST_CASE("max_num_seqs caps the running set; the rest wait in order") {
   s.add(a);
   s.add(b);
   s.add(c);
+  CHECK_FALSE(s.admission_blocked_by_max_seqs());  // nothing runs yet
   auto p = s.schedule();
   CHECK(p.seqs.size() == 2);
   CHECK(s.waiting().front() == c);
+  CHECK(s.admission_blocked_by_max_seqs());  // what lets the engine chain steps while c waits
   run(s, p);
   s.remove(a);
   a->state = SeqState::Finished;
+  CHECK_FALSE(s.admission_blocked_by_max_seqs());
   p = s.schedule();
   CHECK(tokens_of(p, c) == 3);
+  CHECK_FALSE(s.admission_blocked_by_max_seqs());  // nobody waits
 }
 
 TEST_CASE("the queue head is never overtaken when it does not fit") {
