@@ -5,9 +5,11 @@
 // which is why fusing latency-bound kernels around one did not pay (the decode megakernel, the
 // one-token FFN with the next q/kv GEMV: docs/arch/megakernel.md).
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "kernels/bench/boundary_chain.h"
+#include "kernels/bench/median_p90.h"
 #include "kernels/common/grid_count.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/sm_count.h"
@@ -175,9 +177,7 @@ bool measure_boundary(BoundaryMode mode, int grid, int threads, int steps, int r
       *error = "a step read its input before the previous step had stored it";
       return false;
     }
-  std::sort(t.begin(), t.end());
-  out->median_us = t[t.size() / 2];
-  out->p90_us = t[std::min(t.size() - 1, t.size() * 9 / 10)];
+  set_median_p90(std::move(t), out);
   return true;
 }
 

@@ -95,6 +95,15 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
       : "memory");
 }
 
+// The same without an L2 hint (evict_normal): data other blocks read too, such as the latent cache
+// rows every head's cluster copies.
+__device__ __forceinline__ void bulk_copy_g2s_plain(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+
 // A ring of S stages: full[s] completes when stage s's bytes have landed, empty[s] when its
 // consumers are done with it. Use number i (0, 1, 2, ...) of the ring is stage i % S in phase
 // i / S; the parity a waiter names is that phase's low bit.

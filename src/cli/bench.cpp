@@ -13,5 +13,6 @@ void add_bench(CLI::App& app) {
   bench::add_mla_prefill(*bench);
   bench::add_serve(*bench);
   bench::add_boundary(*bench);
+  bench::add_fanout(*bench);
 }
 }  // namespace rs::cli

@@ -8,12 +8,14 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <utility>
 
 #include "backend/cpu/moe_routing.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gpu_sampler.h"
 #include "backend/sampling.h"
 #include "kernels/bench/boundary_chain.h"
+#include "kernels/bench/fanout_read.h"
 #include "kernels/ops/mla_decode_params.h"
 #include "kernels/ops/mla_prefill_params.h"
 #include "kernels/ops/moe_router_params.h"
@@ -125,6 +127,26 @@ TEST_CASE("bench boundary: every kind of dependency step runs, passes its values
   const char* err = nullptr;
   CHECK_FALSE(rs::kern::measure_boundary(BoundaryMode::kGridBarrier, 1 << 16, 1024, 20, 2, &t, &err));
   CHECK(err != nullptr);
+}
+
+TEST_CASE("bench fanout: every block's copy lands the region's bytes, cold and warm; oversized parts are refused") {
+  if (skip_without_gpu("bench fanout")) return;
+  for (bool cold : {true, false})
+    for (auto [slices, fanout] : {std::pair{32, 1}, std::pair{8, 16}, std::pair{6, 3}}) {
+      INFO("slices " << slices << " fanout " << fanout << (cold ? " cold" : " warm"));
+      rs::kern::FanoutTiming t;
+      const char* err = nullptr;
+      // The kernel compares each landed word with the region's (its own index) and fails the call.
+      REQUIRE(rs::kern::measure_fanout_read(int64_t(1024) * 1152, slices, fanout, cold, 3, &t, &err));
+      CHECK(err == nullptr);
+      CHECK(t.median_us > 0.0);
+      CHECK(t.p90_us >= t.median_us);
+    }
+  rs::kern::FanoutTiming t;
+  const char* err = nullptr;
+  CHECK_FALSE(rs::kern::measure_fanout_read(int64_t(2048) * 1152, 6, 1, false, 3, &t, &err));  // 384 KB a block
+  CHECK(err != nullptr);
+  CHECK_FALSE(rs::kern::measure_fanout_read(1000, 3, 1, false, 3, &t, &err));  // parts not 16-byte multiples
 }
 
 TEST_CASE("mla decode: absorbed MQA over a paged latent cache equals host attention (splits, batches, heads)") {
