@@ -411,6 +411,47 @@ TEST_CASE("cuda backend: a prefix-cache hit (start_pos > 0) and block copies giv
   CHECK(cosine(r3[0].logits.data(), &full[(ids.size() - 1) * V], V) > 0.9999);
 }
 
+TEST_CASE("cuda backend: a decode row that does not sample leaves the later rows their own logits") {
+  // A decode graph computes every row's logits; a row that does not sample (a choice computing
+  // the last token of its prompt before a fork) must not shift the rows after it onto the wrong
+  // logits. Two decode rows after their prefills, sampled in one step both ways: the second row's
+  // token must not depend on whether the first samples.
+  if (skip_without_gpu("cuda backend non-sampling decode row")) return;
+  GpuFixture fx(std::string(RS_FIXTURES_DIR) + "/models/tiny-v3", 32);
+  auto& gpu = fx.gpu;
+  const int V = fx.spec.vocab_size;
+  std::vector<int32_t> a, b;
+  for (int i = 0; i < 20; ++i) a.push_back(2 + (i * 37) % (V - 2));
+  for (int i = 0; i < 23; ++i) b.push_back(2 + (i * 53 + 11) % (V - 2));
+  rs::SamplingParams greedy;
+  greedy.temperature = 0;
+  const std::vector<int32_t> ta = blocks_from(0, 4), tb = blocks_from(4, 4);
+  gpu->execute(prefill_batch({a, b}, {ta, tb}, greedy));
+  const std::vector<int32_t> ya = {5}, yb = {7};
+  auto step = [&](bool first_samples) {
+    rs::Batch d;
+    for (int i = 0; i < 2; ++i) {
+      rs::SeqStep s;
+      s.seq_id = uint64_t(i);
+      s.tokens = i == 0 ? ya : yb;
+      s.start_pos = int(i == 0 ? a.size() : b.size());
+      s.block_table = i == 0 ? ta : tb;
+      s.sample = i == 1 || first_samples;
+      s.sampling.params = &greedy;
+      d.seqs.push_back(s);
+    }
+    return gpu->execute(d);
+  };
+  const auto both = step(true);
+  REQUIRE(both[0].token);
+  REQUIRE(both[1].token);
+  REQUIRE(both[0].token->id != both[1].token->id);  // else a shifted row could not show
+  const auto second_only = step(false);  // the same KV writes again, the same bits
+  CHECK_FALSE(second_only[0].token);
+  REQUIRE(second_only[1].token);
+  CHECK(second_only[1].token->id == both[1].token->id);
+}
+
 TEST_CASE("cuda backend: bad batches are rs::Error, not crashes") {
   if (skip_without_gpu("cuda backend errors")) return;
   GpuFixture fx(std::string(RS_FIXTURES_DIR) + "/models/tiny-v3-noqlora", 4);

@@ -406,10 +406,15 @@ void CudaBackend::launch(const Batch& batch) {
   // Sampling parameters go up right after the forward pass is enqueued: the host packs them while
   // the GPU runs the step, and their copy waits behind the step, not in front of it (sampling
   // runs outside the graph: its penalty inputs vary in size).
+  // A decode graph computes logits for every row of its bucket (StepPlan::pad_decode_to): a
+  // sequence's logits row is then its forward row, not its place among the rows that sample (they
+  // differ when a row before it does not sample, e.g. a choice computing its prompt before a fork).
+  const bool graph_step = decode_only(batch) && !pass_->profiling();
   std::vector<GpuSampler::Request> reqs;
   for (int i = 0; i < nseq; ++i) {
     const SeqStep& s = batch.seqs[i];
     if (!s.sample || s.tokens.empty()) continue;
+    if (graph_step) seq_logit_row[i] = seq_row0[i];  // (one token a row)
     // A chained row's input token is its sequence's newest output (Backend: token_from_previous).
     reqs.push_back(GpuSampler::Request{&s.sampling, seq_logit_row[i], s.token_from_previous ? seq_row0[i] : -1});
     L.req_seq.push_back(i);
@@ -417,7 +422,7 @@ void CudaBackend::launch(const Batch& batch) {
 
   int launch_bucket = 0;
   if (!plan.tokens.empty()) {
-    if (decode_only(batch) && !pass_->profiling()) {
+    if (graph_step) {
       // Padded to the bucket: a decode graph computes logits for every row of the bucket.
       const int B = nseq, bucket = bucket_for(B);
       pass_->ensure_capacity(Capacity{bucket, bucket, bucket, 0}, stream_, [&] { settle(); drop_graphs(); });
