@@ -217,11 +217,16 @@ serve_bench serve_v2lite_c64 --num-prompts 256 --max-concurrency 64
 OV0=$(overlapped_steps)
 serve_bench serve_v2lite_c64_penalties --num-prompts 256 --max-concurrency 64 $PENALTIES
 OV1=$(overlapped_steps)
-ROWS+=("overlapped steps, penalties|$OV0 -> $OV1 (overlapped_steps_total across the penalised c64 run)")
+overlap_row() {  # name, before, after: FAILED when the run chained no step
+  local verdict="ok"
+  { [ "$2" = "?" ] || [ "$3" = "?" ] || [ "$3" -le "$2" ]; } && verdict="FAILED: no step overlapped"
+  ROWS+=("$1|$verdict, $2 -> $3 (overlapped_steps_total)")
+}
+overlap_row "overlapped steps, penalties c64" "$OV0" "$OV1"
 # More clients than --max-num-seqs (64): requests queue, and the running ones still chain.
 serve_bench serve_v2lite_c96 --num-prompts 288 --max-concurrency 96
 OV2=$(overlapped_steps)
-ROWS+=("overlapped steps, c96|$OV1 -> $OV2 (overlapped_steps_total across the c96 run, 64 running at most)")
+overlap_row "overlapped steps, c96 (64 run)" "$OV1" "$OV2"
 kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
 # The same server reading each step before launching the next (--no-overlap-steps).
 start_server serve_v2lite_sync --no-overlap-steps

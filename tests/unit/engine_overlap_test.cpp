@@ -177,6 +177,25 @@ TEST_CASE("overlapped steps: penalties chain, each step's output tokens ending w
   CHECK(cq.choices[0].tokens == fake_reference(q.prompt, q.sampling, 9, 101));
   CHECK(f.fake->chained() == 10 + 7);  // tokens 3.. of each (see the first case)
   CHECK(f.fake->violations().empty());
+
+  // Forks (n = 2) and preemption (a pool too small for all four sequences: prompts and outputs
+  // recomputed) with penalties: every sampled step's penalty outputs are still the outputs so far.
+  FakeEngine g(overlapped(), /*kv_blocks=*/12);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (int i = 0; i < 3; ++i) {
+    auto p = request(make_prompt(9, 20 + i), 20, 0.8f, 40 + uint64_t(i));
+    p.sampling.presence_penalty = 0.4f;
+    p.n = i == 0 ? 2 : 1;
+    hs.push_back(g.engine->submit(p));
+  }
+  for (auto& h : hs) {
+    auto c = collect(*h);
+    REQUIRE_FALSE(c.timed_out);
+    for (const auto& [idx, ch] : c.choices) CHECK(ch.tokens.size() == 20);
+  }
+  CHECK(g.engine->stats().preemptions > 0);
+  CHECK(g.fake->chained() > 0);
+  CHECK(g.fake->violations().empty());
 }
 
 }  // TEST_SUITE
