@@ -14,20 +14,14 @@
 #include <vector>
 
 #include "bench/bench_commands.h"
-#include "common/error.h"
+#include "bench/bench_device.h"
 #include "kernels/bench/boundary_chain.h"
 
 namespace rs::bench {
 namespace {
 
 void run(const std::vector<int>& grids, int threads, int steps, int reps, const std::string& json_path) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
-    cudaGetLastError();
-    throw Error("bench boundary: no CUDA device");
-  }
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) throw Error("bench boundary: cannot read the device");
+  const cudaDeviceProp prop = bench_device("bench boundary");
   std::printf("device: %s, %d SMs; %d steps a graph replay, median of %d replays, %d threads a block\n", prop.name,
               prop.multiProcessorCount, steps, reps, threads);
   std::vector<int> gs = grids;

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "bench/bench_commands.h"
-#include "common/error.h"
+#include "bench/bench_device.h"
 #include "kernels/bench/fanout_read.h"
 
 namespace rs::bench {
@@ -24,13 +24,7 @@ struct Layout {
 };
 
 void run(int rows, int row_bytes, int heads, int reps, const std::string& json_path) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
-    cudaGetLastError();
-    throw Error("bench fanout: no CUDA device");
-  }
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) throw Error("bench fanout: cannot read the device");
+  const cudaDeviceProp prop = bench_device("bench fanout");
   const int64_t region = int64_t(rows) * row_bytes;
   std::printf("device: %s, %d SMs; %d rows of %d bytes (%.2f MB), median of %d replays; time from the first block's "
               "entry to the last copy landing\n",

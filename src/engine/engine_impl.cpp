@@ -42,13 +42,16 @@ uint64_t choice_seed(uint64_t seed, int choice) {
   return z ^ (z >> 31);
 }
 
-// The sampler's view of a sequence's next draw once it has `outputs` tokens (the penalties'
-// output tokens and JSON mode's mask are the caller's).
-SamplingState sampling_state(const Sequence& s, size_t outputs) {
+// The sampler's view of a sequence's next draw (JSON mode's mask is the caller's). With a token
+// in flight (a chained step) that token is one more output, which output_tokens does not hold
+// yet: the backend appends it (SeqStep::token_from_previous).
+SamplingState sampling_state(const Sequence& s, bool token_in_flight) {
   const GenerationRequest& g = s.request->req;
+  const size_t outputs = s.output_tokens.size() + (token_in_flight ? 1 : 0);
   SamplingState st;
   st.params = static_cast<int>(outputs) < g.min_tokens ? &s.sampling_min : &s.sampling;
   st.prompt_tokens = g.prompt;
+  st.output_tokens = s.output_tokens;
   st.draw_index = outputs;
   return st;
 }
@@ -403,8 +406,7 @@ void EngineImpl::step() {
     st.sample = sc.sample;
     // Position p's logits score prompt token p + 1: only the prefill up to P - 1 matters.
     st.return_logits = r->req.prompt_logprobs && !r->prompt_logprobs_done && s->num_computed < r->prompt_len() - 1;
-    st.sampling = sampling_state(*s, s->output_tokens.size());
-    st.sampling.output_tokens = s->output_tokens;
+    st.sampling = sampling_state(*s, false);
     if (s->json && sc.sample) {
       json_masker_->allowed(*s->json, s->allowed);
       st.sampling.allowed = s->allowed;
@@ -468,8 +470,7 @@ std::optional<EngineImpl::InFlight> EngineImpl::launch_chained(const InFlight& f
     st.start_pos = pos;
     st.block_table = s->block_table;
     st.sample = true;
-    st.sampling = sampling_state(*s, s->output_tokens.size() + 1);  // f's token counted
-    st.sampling.output_tokens = s->output_tokens;                     // f's token follows (token_from_previous)
+    st.sampling = sampling_state(*s, true);  // f's token counted
     batch.seqs.push_back(st);
     next.seqs.push_back(ScheduledSeq{s, 1, true});
     next.return_logits.push_back(0);
@@ -607,10 +608,13 @@ void EngineImpl::retire_finished() {
   Observer* obs = observer_.load(std::memory_order_acquire);
   for (auto it = live_.begin(); it != live_.end();) {
     Request* r = it->second.get();
-    // A step in flight still points at its sequences: they live until it has been read.
-    const bool in_flight = inflight_ && std::any_of(inflight_->seqs.begin(), inflight_->seqs.end(),
-                                                    [&](const ScheduledSeq& sc) { return sc.seq->request == r; });
-    if (!r->all_terminal() || in_flight) {
+    // A step in flight still points at its sequences: they live until it has been read (looked
+    // for only once a request is done, not for every live request on every loop).
+    auto in_flight = [&] {
+      return inflight_ && std::any_of(inflight_->seqs.begin(), inflight_->seqs.end(),
+                                      [&](const ScheduledSeq& sc) { return sc.seq->request == r; });
+    };
+    if (!r->all_terminal() || in_flight()) {
       ++it;
       continue;
     }

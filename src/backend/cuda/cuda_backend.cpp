@@ -330,7 +330,9 @@ void CudaBackend::launch(const Batch& batch) {
   // (a token of -(k + 1): sampler row k, kernels/ops/embed.cuh) when this step replays the same
   // decode graph right behind it; otherwise every earlier step is settled first and the token
   // read on the host, so nothing in flight depends on a buffer this launch may reallocate.
-  const bool same_graph = decode_only(batch) && !pass_->profiling() && last_launch_bucket_ != 0 &&
+  // A decode graph step: one token a sequence, the graph of its bucket (not while profiling ops).
+  const bool graph_step = decode_only(batch) && !pass_->profiling();
+  const bool same_graph = graph_step && last_launch_bucket_ != 0 &&
                           bucket_for(nseq) == last_launch_bucket_ && graphs_.count(last_launch_bucket_) != 0;
   std::vector<int32_t> chained_tok(nseq, 0);
   for (int i = 0; i < nseq; ++i) {
@@ -409,7 +411,6 @@ void CudaBackend::launch(const Batch& batch) {
   // A decode graph computes logits for every row of its bucket (StepPlan::pad_decode_to): a
   // sequence's logits row is then its forward row, not its place among the rows that sample (they
   // differ when a row before it does not sample, e.g. a choice computing its prompt before a fork).
-  const bool graph_step = decode_only(batch) && !pass_->profiling();
   std::vector<GpuSampler::Request> reqs;
   for (int i = 0; i < nseq; ++i) {
     const SeqStep& s = batch.seqs[i];
