@@ -20,6 +20,7 @@
 // columns of O (see mla_decode_split_block).
 #include <cstdint>
 
+#include "kernels/common/bf16_fp8.cuh"
 #include "kernels/common/mma_ptx.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
@@ -50,7 +51,7 @@ struct Layout {  // shared-memory carve-up, in bytes; row strides padded by 16 b
     k_off = q_off + size_t(kHeads) * qs * 2;
     s_off = k_off + 2 * size_t(kTile) * ks * 2;
     slot_off = s_off + size_t(s_parts) * kHeads * ss * 4;
-    // The newest row when formed here (launch_mla_decode's new_kv), then its norm weight and rope
+    // The newest row when formed in its own split (launch_mla_decode's new_kv), then its norm weight and rope
     // frequencies (fp32, kv_lora + rope / 2 < kv_dim of them).
     new_off = slot_off + 2 * kTile * 8;
     consts_off = new_off + (size_t(kv_dim) * 2 + 15) / 16 * 16;
@@ -73,6 +74,86 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
 }
 }  // namespace mla_decode
 
+// Sequence b's absorbed queries of heads [h0, h0 + 16) into Qs (row stride qs) by cp.async, one
+// commit group: all 16-byte copies in flight at once.
+__device__ __forceinline__ void issue_q_rows(const MlaDecodeParams& p, __nv_bfloat16* Qs, int qs, int h0, int b) {
+  using namespace mla_decode;
+  const int vecs = p.kv_dim / 8;
+  const int64_t qrow = p.q_rows ? p.q_rows[b] : b;
+  for (int i = threadIdx.x; i < kHeads * vecs; i += blockDim.x) {
+    const int r = i / vecs, v = i - r * vecs;
+    const bool valid = h0 + r < p.heads;
+    cp_async16(Qs + r * qs + v * 8, p.q + (qrow * p.heads + (valid ? h0 + r : 0)) * p.kv_dim + v * 8, valid);
+  }
+  cp_async_commit();
+}
+
+// The newest cache row's own split (launch_mla_decode with new_kv: split 0, so the merge's non-empty
+// splits stay the leading ones, and its block is dispatched first): forms the
+// row from kv_a (kv_form_row: its norm and rope; head group 0 writes it to the cache) and scores
+// it against the group's 16 heads; one row, so its partial is the row itself with weight 1 and
+// its lse the scaled score (log2 units). The tiles of the other splits hold only older rows.
+//
+// Why a split of its own: formed inside the split that held it, the row (kv_a's trip to L2, the
+// norm's two block barriers) kept that block's tile waiting ~3.6 us after the release, and that
+// block ended ~1.3 us after every other (H200 wait probe, V2-Lite bf16 b1, 2026-12-02: the row
+// formed 4.61 us after the release, the others' tiles visible at 1.28; the launch's last end
+// 7.68 against 6.40). As split 0: bf16 step 1.816-1.817 against 1.844-1.846 ms; as the last
+// split (dispatched last) it was 1.875 against 1.848.
+template <int kNumWarps>
+__device__ __forceinline__ void mla_decode_new_row_split(const MlaDecodeParams& p, int head_group, int b, char* smem,
+                                                         const KvWriteParams& new_kv) {
+  using namespace mla_decode;
+  constexpr int kThreadsB = kNumWarps * 32;
+  const Layout L(p.kv_dim, kNumWarps / 4, true);
+  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L.q_off);
+  __nv_bfloat16* new_s = reinterpret_cast<__nv_bfloat16*>(smem + L.new_off);  // [kv_dim]
+  float* consts = reinterpret_cast<float*>(smem + L.consts_off);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int h0 = head_group * kHeads;
+  const int vecs = p.kv_dim / 8;
+  KvWriteParams nk = new_kv;
+  // Before the wait: the row's constant inputs (weights; the step's metadata, uploaded before its
+  // first kernel), so that after it only kv_a and q travel from L2.
+  const int nw4 = nk.kv_lora / 4, if4 = nk.rope.rope_dim / 8;  // 16-byte pieces
+  for (int i = tid; i < nw4; i += kThreadsB) cp_async16(consts + 4 * i, nk.norm_weight + 4 * i, true);
+  nk.norm_weight = consts;
+  if ((nk.rope.rope_dim / 2) % 4 == 0) {
+    for (int i = tid; i < if4; i += kThreadsB) cp_async16(consts + nk.kv_lora + 4 * i, nk.rope.inv_freq + 4 * i, true);
+    nk.rope.inv_freq = consts + nk.kv_lora;
+  }
+  cp_async_commit();
+  const int pos = nk.positions[b], slot = nk.slots[b];
+  pdl::wait();
+  pdl::launch_dependents();
+  issue_q_rows(p, Qs, L.qs, h0, b);
+  cp_async_wait<1>();  // the constants (q may still be in flight while the row is formed)
+  __syncthreads();
+  kv_form_row(nk, nk.kv_a + static_cast<int64_t>(b) * nk.kv_a_stride,
+              head_group == 0 ? nk.cache + static_cast<int64_t>(slot) * p.kv_dim : new_s, pos, new_s);
+  cp_async_wait<0>();
+  __syncthreads();
+  pdl::probe_mark(kern::kProbeStep1);  // the newest row formed (wait-probe builds only)
+  const int64_t part = (static_cast<int64_t>(b) * p.heads) * p.splits;  // split 0; + h * splits
+  const float scale2 = p.scale * kLog2e;
+  for (int r = warp; r < kHeads; r += kNumWarps) {
+    if (h0 + r >= p.heads) break;  // warp-uniform
+    float acc = 0.f;
+    for (int v = lane; v < vecs; v += 32)
+      acc = kern::dot8_bf16(*reinterpret_cast<const uint4*>(Qs + r * L.qs + v * 8),
+                            *reinterpret_cast<const uint4*>(new_s + v * 8), acc);
+    acc = warp_sum(acc);
+    if (lane == 0) p.part_lse[part + static_cast<int64_t>(h0 + r) * p.splits] = acc * scale2;
+  }
+  const int heads_here = min(kHeads, p.heads - h0), c4 = p.kv_lora / 4;
+  for (int i = tid; i < heads_here * c4; i += blockDim.x) {
+    const int r = i / c4, c = 4 * (i - r * c4);
+    const float4 v = make_float4(__bfloat162float(new_s[c]), __bfloat162float(new_s[c + 1]), __bfloat162float(new_s[c + 2]),
+                                 __bfloat162float(new_s[c + 3]));
+    *reinterpret_cast<float4*>(p.part_o + (part + static_cast<int64_t>(h0 + r) * p.splits) * p.kv_lora + c) = v;
+  }
+}
+
 // kNumWarps = 4 (one warp per 8-token group of S = Q K^T) or 8 (grids of at most one wave, e.g.
 // batch 1: twice the warps on each tile): with 8, the two warps of a group each take half of the
 // dims (their partial scores meet in shared memory, added in a fixed order) and each warp owns
@@ -92,13 +173,21 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L.k_off);
   float* Ss = reinterpret_cast<float*>(smem + L.s_off);
   int64_t* slot_s = reinterpret_cast<int64_t*>(smem + L.slot_off);  // [2][kTile] cache rows of a tile
-  __nv_bfloat16* new_s = reinterpret_cast<__nv_bfloat16*>(smem + L.new_off);  // [kv_dim]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;  // MMA fragment row group and column pair
   const int h0 = head_group * kHeads;
-  const int len = p.seq_lens[b];
-  const int per_split = ((len + p.splits - 1) / p.splits + kTile - 1) / kTile * kTile;
-  const int t0 = split * per_split, t1 = min(len, t0 + per_split);
+  // new_kv: split 0 is the newest row's own (mla_decode_new_row_split); the tiles of the others
+  // hold the older rows only, every one of them written before this step.
+  if constexpr (kNewRow) {
+    if (split == 0) {
+      mla_decode_new_row_split<kNumWarps>(p, head_group, b, smem, *new_kv);
+      return;
+    }
+  }
+  const int len = p.seq_lens[b] - (kNewRow ? 1 : 0);  // rows the tiles attend
+  const int tile_splits = p.splits - (kNewRow ? 1 : 0), tile_split = split - (kNewRow ? 1 : 0);
+  const int per_split = ((len + tile_splits - 1) / tile_splits + kTile - 1) / kTile * kTile;
+  const int t0 = tile_split * per_split, t1 = min(len, t0 + per_split);
   const int64_t part = (static_cast<int64_t>(b) * p.heads) * p.splits + split;  // + h * splits
 
   if (t0 >= t1) {  // empty split: contributes nothing to the merge
@@ -112,17 +201,6 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   const int vecs = p.kv_dim / 8;
   const int32_t* bt = p.block_tables + static_cast<int64_t>(b) * p.bt_stride;
   const int tiles = (t1 - t0 + kTile - 1) / kTile;
-  // The newest row, when this block forms it (new_kv): tile it_new, row r_new of it. Its copy is
-  // never issued, so no asynchronous write races with the row stored from new_s.
-  const bool form_new = kNewRow && len - 1 >= t0 && len - 1 < t1;
-  KvWriteParams nk;  // its norm weight and rope table from shared memory (below)
-  if constexpr (kNewRow) nk = *new_kv;
-  const int it_new = form_new ? (len - 1 - t0) / kTile : -1, r_new = form_new ? (len - 1 - t0) % kTile : -1;
-  auto store_new = [&](int buf) {  // new_s into its row of buffer buf (a barrier must follow)
-    const uint4* src = reinterpret_cast<const uint4*>(new_s);
-    uint4* dst = reinterpret_cast<uint4*>(Ks + (buf * kTile + r_new) * L.ks);
-    for (int i = tid; i < vecs; i += kThreadsB) dst[i] = src[i];
-  };
   // Block-table lookups (an L2 round trip) run one tile ahead of the copies that need them: the
   // lookups of tile i + 2 are issued right after the copies of tile i + 1 and land in a register
   // while tile i is computed, so no tile's cp.async waits behind a lookup.
@@ -134,12 +212,11 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
     const int64_t* slots = slot_s + buf * kTile;
     __nv_bfloat16* dst = Ks + buf * kTile * L.ks;
     const int rows = min(kTile, t1 - (t0 + tile * kTile));
-    const int skip = kNewRow && tile == it_new ? r_new : -1;
     // (row, vector) walked incrementally: no integer division per 16-byte copy.
     int r = tid / vecs, v = tid - (tid / vecs) * vecs;
     const int dr = kThreadsB / vecs, dv = kThreadsB - dr * vecs;
     while (r < kTile) {
-      if (!kNewRow || r != skip) cp_async16(dst + r * L.ks + v * 8, p.cache + slots[r] * p.kv_dim + v * 8, r < rows);
+      cp_async16(dst + r * L.ks + v * 8, p.cache + slots[r] * p.kv_dim + v * 8, r < rows);
       v += dv;
       r += dr;
       if (v >= vecs) { v -= vecs; ++r; }
@@ -152,30 +229,13 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   // one (which the previous kernel, the fused absorb + cache write, may be writing) was written
   // by earlier steps or by kernels that completed before the previous kernel got past its wait.
   // So the first tile's copies overlap the previous kernel unless that tile holds the newest row
-  // and the row is read from the cache (with new_kv it is formed after the wait instead).
+  // (with new_kv the tiles never do: its own split forms it).
   int64_t next_slot = 0;
   if (tid < kTile) {
     slot_s[tid] = lookup(0);
     if (tiles > 1) next_slot = lookup(1);
   }
   __syncthreads();
-  // The newest row's constant inputs before the wait (weights, and the step's metadata, uploaded
-  // before its first kernel): after it only kv_a's trip to L2 stays on the row's path. Their copy
-  // group is the oldest, waited for before the row is formed.
-  int new_pos = 0, new_slot = 0;
-  if (form_new) {  // block-uniform
-    float* consts = reinterpret_cast<float*>(smem + L.consts_off);
-    const int nw4 = nk.kv_lora / 4, if4 = nk.rope.rope_dim / 8;  // 16-byte pieces
-    for (int i = tid; i < nw4; i += kThreadsB) cp_async16(consts + 4 * i, nk.norm_weight + 4 * i, true);
-    nk.norm_weight = consts;
-    if ((nk.rope.rope_dim / 2) % 4 == 0) {
-      for (int i = tid; i < if4; i += kThreadsB) cp_async16(consts + nk.kv_lora + 4 * i, nk.rope.inv_freq + 4 * i, true);
-      nk.rope.inv_freq = consts + nk.kv_lora;
-    }
-    cp_async_commit();
-    new_pos = nk.positions[b];
-    new_slot = nk.slots[b];
-  }
   const bool early = tiles > 1 || t1 < len || kNewRow;
   if (early) issue_tile(0, 0);
   pdl::wait();
@@ -183,22 +243,7 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
   if (!early) issue_tile(0, 0);
   // Q by cp.async too (its own group, after tile 0's): all of its 16-byte copies are in flight at
   // once instead of a load-then-store loop (batch 64: split kernel 69 -> 59.5 us under ncu).
-  const int64_t qrow = p.q_rows ? p.q_rows[b] : b;
-  for (int i = tid; i < kHeads * vecs; i += blockDim.x) {
-    const int r = i / vecs, v = i - r * vecs;
-    const bool valid = h0 + r < p.heads;
-    cp_async16(Qs + r * L.qs + v * 8, p.q + (qrow * p.heads + (valid ? h0 + r : 0)) * p.kv_dim + v * 8, valid);
-  }
-  cp_async_commit();
-  // The newest row while Q's copies are in flight (the q/kv launch wrote kv_a).
-  if (form_new) {  // block-uniform
-    cp_async_wait<2>();  // the constants' group (tile 0's and Q's may still be in flight)
-    __syncthreads();
-    kv_form_row(nk, nk.kv_a + static_cast<int64_t>(b) * nk.kv_a_stride,
-                nk.cache + static_cast<int64_t>(new_slot) * p.kv_dim, new_pos, new_s);
-    __syncthreads();
-    if (it_new == 0) store_new(0);  // later tiles: when they are issued
-  }
+  issue_q_rows(p, Qs, L.qs, h0, b);
 
   const int col_tiles = p.kv_lora / (kNumWarps * 8);  // n8 tiles of O per warp (<= kMaxColTiles)
   const int col0 = warp * (p.kv_lora / kNumWarps);
@@ -225,13 +270,13 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
       if (tid < kTile) slot_s[(buf ^ 1) * kTile + tid] = next_slot;
       __syncthreads();
       issue_tile(it + 1, buf ^ 1);
-      if (kNewRow && it + 1 == it_new) store_new(buf ^ 1);
       if (it + 2 < tiles && tid < kTile) next_slot = lookup(it + 2);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();  // tile `it` (and on the first pass Q) visible to every warp
+    if (it == 0) pdl::probe_mark(kern::kProbeInputReady);
     const __nv_bfloat16* Kt = Ks + buf * kTile * L.ks;
     {  // S[:, 8*group .. +8) over dims [kb, ke); two accumulators for independent MMAs
       float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
@@ -339,6 +384,7 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
     __syncthreads();  // every warp done with tile `it` and with Ss before they are overwritten
   }
 
+  pdl::probe_mark(kern::kProbeMainDone);
 #pragma unroll
   for (int off = 1; off < 4; off <<= 1) {
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);

@@ -197,6 +197,7 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
     sm.ctx[tid] = s;
   }
   __syncthreads();
+  pdl::probe_mark(kern::kProbeInputReady);  // the splits merged (wait-probe builds only)
 
   // 2. This block's 64 latent columns times W_UV's: a partial of the head's 128 value rows.
   {
@@ -225,6 +226,7 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
     for (int k = 0; k < kVUpOCluster; ++k) s += cluster.map_shared_rank(sm.vpart, k)[tid];
     sm.vh[tid] = __bfloat162float(__float2bfloat16(s));
   }
+  pdl::probe_mark(kern::kProbeStep2);  // the head's value vector summed
   // Done reading the others' shared memory: they may exit once everyone arrives (waited below).
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
   __syncthreads();
@@ -257,12 +259,14 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
     p.partials[static_cast<int64_t>(head) * kVUpOHidden + row] = sum;
   }
 
+  pdl::probe_mark(kern::kProbeMainDone);  // this block's o_proj partial stored
   // 5. The last block of row chunk c sums the heads. Writers: store, fence, barrier, one atomic;
   // the last one: atomic, fence, barrier, then L2 reads (the threadFenceReduction pattern).
   __threadfence();
   __syncthreads();
   if (tid == 0) sm.last = atomicAdd(p.counters + c, 1) == p.vu.heads - 1;
   __syncthreads();
+  pdl::probe_mark(kern::kProbeStep1);  // its ticket known
   if (sm.last) {
     __threadfence();
     for (int i = tid; i < vupo::kRows; i += kVUpOThreads) {

@@ -1,9 +1,9 @@
 // One decode token's norm + q/kv GEMV + query absorption in one clustered launch
 // (kernels/ops/qkv_absorb.cuh) against the grouped streaming GEMV followed by the absorb + cache
 // write launch: the same bits in q, kv_a, the absorbed query, the residual and the normed x; the
-// decode attention forming each sequence's newest cache row itself (launch_mla_decode's new_kv)
-// against the row written by the absorb launch first, at contexts whose newest row sits in the
-// first and in a later tile of its split; and whole V2-Lite decode steps with and without it.
+// decode attention forming each sequence's newest cache row itself in a split of its own
+// (launch_mla_decode's new_kv) against the row written by the absorb launch first and read from
+// the cache, both against an fp64 attention; and whole V2-Lite decode steps with and without it.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -144,7 +144,11 @@ void run_qkv_absorb_case(uint64_t seed, int position) {
   CHECK(moved > kHeads * kRope / 2);
 }
 
-// The decode attention with new_kv against the absorb launch's cache write before it.
+// The decode attention with new_kv (the newest row formed in a split of its own) against the absorb
+// launch's cache write before it (the row read from the cache like any other): the same cache
+// bits; and each path's splits, merged as the merge + W_UV launch merges them, within bf16's
+// rounding of an fp64 attention over the rows as left in the cache. At 5 and 40 rows one row
+// missed or counted twice moves a head's context by ~2.5-20%, far above the tolerance.
 void run_new_row_case(int len, uint64_t seed) {
   INFO("len " << len);
   Rand rng(seed);
@@ -167,7 +171,7 @@ void run_new_row_case(int len, uint64_t seed) {
   RopeTable rope;
 
   struct Out {
-    std::vector<uint16_t> cache;
+    std::vector<uint16_t> cache, qabs;
     std::vector<float> part_o, part_lse;
   };
   auto run = [&](bool form_here) {
@@ -205,13 +209,55 @@ void run_new_row_case(int len, uint64_t seed) {
     p.scale = 0.07f;
     cu::launch_mla_decode(p, nullptr, form_here ? &kw : nullptr);
     ok(cudaGetLastError(), "attention");
-    return Out{dcache.host(), part_o.host(), part_lse.host()};
+    return Out{dcache.host(), qabs.host(), part_o.host(), part_lse.host()};
   };
   const Out written = run(false), formed = run(true);
   CHECK(same_bits(formed.cache, written.cache));  // the newest row written, nothing else touched
-  CHECK(same_bits(formed.part_lse, written.part_lse));
-  // Only the splits that hold tokens wrote partials (the rest stay as allocated, zero).
-  CHECK(same_bits(formed.part_o, written.part_o));
+  CHECK(same_bits(formed.qabs, written.qabs));
+  const float scale = 0.07f;
+  for (const Out* o : {&written, &formed}) {
+    INFO((o == &formed ? "formed in its own split" : "written first"));
+    double worst_ctx = 0, worst_lse = 0;
+    for (int h = 0; h < kHeads; ++h) {
+      std::vector<double> sc(len);
+      double mx = -1e300;
+      for (int t = 0; t < len; ++t) {
+        const uint16_t* row = o->cache.data() + (size_t(bt[t / bs]) * bs + t % bs) * kKvd;
+        double d = 0;
+        for (int i = 0; i < kKvd; ++i) d += double(bf16_bits_to_float(o->qabs[size_t(h) * kKvd + i])) * bf16_bits_to_float(row[i]);
+        sc[t] = d * scale;
+        mx = std::max(mx, sc[t]);
+      }
+      std::vector<double> ctx(kLora, 0.0);
+      double z = 0;
+      for (int t = 0; t < len; ++t) {
+        const uint16_t* row = o->cache.data() + (size_t(bt[t / bs]) * bs + t % bs) * kKvd;
+        const double w = std::exp(sc[t] - mx);
+        z += w;
+        for (int i = 0; i < kLora; ++i) ctx[i] += w * bf16_bits_to_float(row[i]);
+      }
+      double lmx = -1e300;
+      for (int sp = 0; sp < kSplits; ++sp) lmx = std::max(lmx, double(o->part_lse[size_t(h) * kSplits + sp]));
+      double wz = 0, cmax = 0, dmax = 0;
+      std::vector<double> got(kLora, 0.0);
+      for (int sp = 0; sp < kSplits; ++sp) {
+        const float l = o->part_lse[size_t(h) * kSplits + sp];
+        if (l == -INFINITY) continue;
+        const double w = std::exp2(l - lmx);
+        wz += w;
+        for (int i = 0; i < kLora; ++i) got[i] += w * o->part_o[(size_t(h) * kSplits + sp) * kLora + i];
+      }
+      for (int i = 0; i < kLora; ++i) {
+        cmax = std::max(cmax, std::fabs(ctx[i] / z));
+        dmax = std::max(dmax, std::fabs(got[i] / wz - ctx[i] / z));
+      }
+      worst_ctx = std::max(worst_ctx, dmax / cmax);
+      worst_lse = std::max(worst_lse, std::fabs(lmx + std::log2(wz) - (mx + std::log(z)) / std::log(2.0)));
+    }
+    // The split kernel rounds each tile's probabilities to bf16 (2^-9 relative).
+    CHECK(worst_ctx < 5e-3);
+    CHECK(worst_lse < 5e-3);
+  }
   bool row_written = false;
   for (int i = 0; i < kKvd; ++i) row_written |= written.cache[size_t(slot) * kKvd + i] != 0x7f7f;
   CHECK(row_written);
@@ -277,7 +323,7 @@ TEST_CASE("qkv absorb: calls it is not written for are refused with a reason, no
   ok(cudaGetLastError(), "no launch error");
 }
 
-TEST_CASE("qkv absorb: V2-Lite decode steps with the clustered launch give the same logits") {
+TEST_CASE("qkv absorb: V2-Lite decode steps with the clustered launch match the two-launch path") {
   if (skip_without_gpu("qkv absorb at V2-Lite shapes")) return;
   if (!v2lite_decode_fits("gpu.cuda", "qkv absorb at V2-Lite shapes")) return;
   const uint64_t before = cu::qkv_absorb_launches();
@@ -288,13 +334,16 @@ TEST_CASE("qkv absorb: V2-Lite decode steps with the clustered launch give the s
         if (path == 1) fused_launches = cu::qkv_absorb_launches() - before;
         cu::set_qkv_absorb(path == 0);
       },
-      0.999, 0.f);
+      0.999, 0.02f);
   cu::set_qkv_absorb(true);
   CHECK(fused_launches > 0);  // path 0 took it (counted where launched: eagerly or into a graph)
+  // Not the same bits: the clustered launch leaves the newest row to a split of its own (weight 1
+  // there, its score's probability not rounded to bf16 inside a tile); q, kv_a and the absorbed q
+  // are the same bits (the first test case).
   for (const std::string& f : r.failures) FAIL_CHECK(f);
-  CHECK(r.differing_steps == 0);
-  std::printf("[gpu.cuda] v2-lite bf16: 6 decode steps, clustered q/kv + absorb launches %llu (clusters of %d), logits differing in %d steps\n",
-              static_cast<unsigned long long>(fused_launches), cu::qkv_absorb_cluster_size(), r.differing_steps);
+  std::printf("[gpu.cuda] v2-lite bf16: 6 decode steps, clustered q/kv + absorb launches %llu (clusters of %d), logits differing in %d steps, min cosine %.7f, %d flips\n",
+              static_cast<unsigned long long>(fused_launches), cu::qkv_absorb_cluster_size(), r.differing_steps,
+              r.worst_cosine, r.flips);
 }
 
 }  // TEST_SUITE

@@ -510,7 +510,8 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     dp.out = merge_in_v_up ? nullptr : olat_.get<__nv_bfloat16>();  // nullptr: no combine kernel
     dp.batch = nd;
     dp.heads = nh;
-    dp.splits = decode_splits(nd);
+    // (The q/kv launch leaves the newest row to the attention: a split of its own, so two at least.)
+    dp.splits = qkv_absorbed ? std::max(2, decode_splits(nd)) : decode_splits(nd);
     dp.kv_lora = R;
     dp.kv_dim = kvd;
     dp.scale = scale;
