@@ -51,8 +51,8 @@ struct Layout {  // shared-memory carve-up, in bytes; row strides padded by 16 b
     k_off = q_off + size_t(kHeads) * qs * 2;
     s_off = k_off + 2 * size_t(kTile) * ks * 2;
     slot_off = s_off + size_t(s_parts) * kHeads * ss * 4;
-    // The newest row when formed in its own split (launch_mla_decode's new_kv), then its norm weight and rope
-    // frequencies (fp32, kv_lora + rope / 2 < kv_dim of them).
+    // The newest row when formed in its own split (launch_mla_decode's new_kv), then its norm
+    // weight and rope frequencies (fp32, kv_lora + rope / 2 < kv_dim of them).
     new_off = slot_off + 2 * kTile * 8;
     consts_off = new_off + (size_t(kv_dim) * 2 + 15) / 16 * 16;
     total = new_row ? consts_off + size_t(kv_dim) * 4 : new_off;
@@ -88,11 +88,11 @@ __device__ __forceinline__ void issue_q_rows(const MlaDecodeParams& p, __nv_bflo
   cp_async_commit();
 }
 
-// The newest cache row's own split (launch_mla_decode with new_kv: split 0, so the merge's non-empty
-// splits stay the leading ones, and its block is dispatched first): forms the
-// row from kv_a (kv_form_row: its norm and rope; head group 0 writes it to the cache) and scores
-// it against the group's 16 heads; one row, so its partial is the row itself with weight 1 and
-// its lse the scaled score (log2 units). The tiles of the other splits hold only older rows.
+// The newest cache row's own split (launch_mla_decode with new_kv: split 0, so the merges'
+// non-empty splits stay the leading ones, and its block is dispatched first): forms the row from
+// kv_a (kv_form_row: its norm and rope; head group 0 writes it to the cache) and scores it
+// against the group's 16 heads; one row, so its partial is the row itself with weight 1 and its
+// lse the scaled score (log2 units). The tiles of the other splits hold only older rows.
 //
 // Why a split of its own: formed inside the split that held it, the row (kv_a's trip to L2, the
 // norm's two block barriers) kept that block's tile waiting ~3.6 us after the release, and that

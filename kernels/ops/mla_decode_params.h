@@ -36,11 +36,11 @@ size_t mla_decode_smem_bytes(int kv_lora, int kv_dim);
 // newest row (position seq_len - 1) is not read from the cache but formed by the split kernel
 // from the kv_a projection, kv_write_token's arithmetic, in a split of its own, split 0 (its
 // block writes it to the cache and scores it: a one-row partial), while the other splits' tiles
-// hold the older rows (empty splits stay the trailing ones, as the merges expect). The step then needs no cache-write kernel before this one
-// (the fused q/kv + absorb launch, qkv_absorb.cuh, has none). The same cache bits as
-// kv_write_token's own 256-thread blocks where the split kernel runs 8 warps (batch 1 and 2). A
-// kernel instantiation of its own takes it, so the others keep their parameters, code and
-// registers.
+// hold the older rows (empty splits stay the trailing ones, as the merges expect). The step then
+// needs no cache-write kernel before this one (the fused q/kv + absorb launch, qkv_absorb.cuh,
+// has none). The same cache bits as kv_write_token's own 256-thread blocks where the split kernel
+// runs 8 warps (batch 1 and 2). A kernel instantiation of its own takes it, so the others keep
+// their parameters, code and registers.
 void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream, const KvWriteParams* new_kv = nullptr);
 
 }  // namespace rs::cuda

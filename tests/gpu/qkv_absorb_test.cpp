@@ -151,6 +151,7 @@ void run_qkv_absorb_case(uint64_t seed, int position) {
 // missed or counted twice moves a head's context by ~2.5-20%, far above the tolerance.
 void run_new_row_case(int len, uint64_t seed) {
   INFO("len " << len);
+  constexpr float kScale = 0.07f;
   Rand rng(seed);
   const int bs = 16, nblocks = (len + bs - 1) / bs + 1;
   std::vector<float> f;
@@ -206,7 +207,7 @@ void run_new_row_case(int len, uint64_t seed) {
     p.splits = kSplits;
     p.kv_lora = kLora;
     p.kv_dim = kKvd;
-    p.scale = 0.07f;
+    p.scale = kScale;
     cu::launch_mla_decode(p, nullptr, form_here ? &kw : nullptr);
     ok(cudaGetLastError(), "attention");
     return Out{dcache.host(), qabs.host(), part_o.host(), part_lse.host()};
@@ -214,7 +215,6 @@ void run_new_row_case(int len, uint64_t seed) {
   const Out written = run(false), formed = run(true);
   CHECK(same_bits(formed.cache, written.cache));  // the newest row written, nothing else touched
   CHECK(same_bits(formed.qabs, written.qabs));
-  const float scale = 0.07f;
   for (const Out* o : {&written, &formed}) {
     INFO((o == &formed ? "formed in its own split" : "written first"));
     double worst_ctx = 0, worst_lse = 0;
@@ -225,7 +225,7 @@ void run_new_row_case(int len, uint64_t seed) {
         const uint16_t* row = o->cache.data() + (size_t(bt[t / bs]) * bs + t % bs) * kKvd;
         double d = 0;
         for (int i = 0; i < kKvd; ++i) d += double(bf16_bits_to_float(o->qabs[size_t(h) * kKvd + i])) * bf16_bits_to_float(row[i]);
-        sc[t] = d * scale;
+        sc[t] = d * kScale;
         mx = std::max(mx, sc[t]);
       }
       std::vector<double> ctx(kLora, 0.0);
