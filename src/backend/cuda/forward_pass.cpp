@@ -42,6 +42,15 @@ bool compact_router_selection() {
   static const bool on = kern::env_int("RS_ROUTER_COMPACT", 1, 0, 1) == 1;
   return on;
 }
+
+// One pure-decode token whose q/kv launch is not the clustered one (FP8 weights, or a launch the
+// clustered kernel refuses): the absorb launch leaves the newest cache row to the decode attention,
+// which forms it in a split of its own, as after the clustered launch. RS_ROW_SPLIT=0: the absorb
+// launch writes the row (A/B runs).
+bool row_split_after_absorb() {
+  static const bool on = kern::env_int("RS_ROW_SPLIT", 1, 0, 1) == 1;
+  return on;
+}
 }  // namespace
 
 struct OpScope {
@@ -486,10 +495,16 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   rq.rope = rope_;
   if (!rope_in_absorb) { RS_OP("rope_q"); launch_rope_q(rq, stream); }
   const float scale = static_cast<float>(s.softmax_scale());
+  // The attention forms the newest cache row (a split of its own) after the clustered q/kv launch,
+  // and after the absorb launch for one token where row_split_after_absorb() says so.
+  const bool row_split = qkv_absorbed || (!rec_ && rope_in_absorb && n == 1 && nd == 1 && row_split_after_absorb());
   if (nd > 0) {  // absorbed MQA over the latent cache
     if (!qkv_absorbed) {  // (else the q/kv launch absorbed q and the attention forms the cache row)
       const MlaAbsorbQParams ab = absorb_params(L, nd, rope_in_absorb);
-      if (rope_in_absorb) {
+      if (row_split) {
+        RS_OP("mla absorb q + rope");
+        launch_mla_absorb_q(ab, stream);
+      } else if (rope_in_absorb) {
         RS_OP("mla absorb q + rope + kv_write");
         rec_ ? rec_->absorb_kv(ab, kw) : launch_mla_absorb_q_kv_write(ab, kw, stream);
       } else {
@@ -510,14 +525,14 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     dp.out = merge_in_v_up ? nullptr : olat_.get<__nv_bfloat16>();  // nullptr: no combine kernel
     dp.batch = nd;
     dp.heads = nh;
-    // (The q/kv launch leaves the newest row to the attention: a split of its own, so two at least.)
-    dp.splits = qkv_absorbed ? std::max(2, decode_splits(nd)) : decode_splits(nd);
+    // (The newest row left to the attention takes a split of its own, so two at least.)
+    dp.splits = row_split ? std::max(2, decode_splits(nd)) : decode_splits(nd);
     dp.kv_lora = R;
     dp.kv_dim = kvd;
     dp.scale = scale;
     {
       RS_OP("mla decode attention");
-      rec_ ? rec_->attention(dp) : launch_mla_decode(dp, stream, qkv_absorbed ? &kw : nullptr);
+      rec_ ? rec_->attention(dp) : launch_mla_decode(dp, stream, row_split ? &kw : nullptr);
     }
     MlaVUpParams vu;
     vu.o_latent = olat_.get<__nv_bfloat16>();
