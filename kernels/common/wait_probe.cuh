@@ -64,7 +64,10 @@ __device__ __forceinline__ void after_wait(const Slot& s) {
   *s.rec = r;
 }
 
-// Thread 0, after the kernel's wait.
+// Thread 0, after the kernel's wait. Not free: the bounds check below loads g_records and
+// g_capacity from global memory, so every mark holds thread 0 (and the barrier its warp meets next)
+// for a trip to L2 (not measured alone); the interval between two marks of one block includes the
+// second one's trip.
 __device__ __forceinline__ void mark(uint32_t tag) {
   if (!probe_thread() || tag == 0 || tag >= unsigned(kWaitProbeSlots)) return;
   // A kernel without a wait never set its block's pointer: only a pointer into the armed buffer

@@ -306,6 +306,7 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
           make_float2(v0 ? (s0[2] + s1[2]) * scale2 : -INFINITY, v1 ? (s0[3] + s1[3]) * scale2 : -INFINITY);
     }
     __syncthreads();
+    if (it == 0) pdl::probe_mark(kern::kProbeStep2);  // S of the first tile in shared memory
     // Scores of rows g and g+8 in the A-fragment layout of P V: chunk c (16 tokens) holds
     // columns 16c + 2*t4 + {0,1} and 16c + 8 + 2*t4 + {0,1}.
     constexpr int kPer = kTile / 4;  // scores per row held by one lane
@@ -363,6 +364,7 @@ __device__ __forceinline__ void mla_decode_split_block(const MlaDecodeParams& p,
       o[n][2] *= al_hi;
       o[n][3] *= al_hi;
     }
+    if (it == 0) pdl::probe_mark(kern::kProbeStep3);  // warp 0's softmax of the first tile done
 #pragma unroll
     for (int c = 0; c < kTile / 16; ++c) {  // O += P V, 16 tokens per step
       unsigned a[4];
