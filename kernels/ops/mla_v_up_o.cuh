@@ -24,7 +24,6 @@
 #include <cstdint>
 
 #include "kernels/common/bf16_fp8.cuh"
-#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/mma_ptx.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
@@ -91,9 +90,9 @@ __device__ __forceinline__ float dot4_e4m3_f32(uint32_t w, const float* x, float
 // cp.async into shared memory, read back by the thread that copied it, which waits for its own
 // copies only. H200, bf16: the whole slice in registers took 145 registers a thread, so the
 // blocks did not fit beside the split attention's and half the clusters only started loading
-// once it had drained (9.98 us in the chain); the whole slice in shared memory by cp.async slowed
-// the split attention sharing those SMs (4.35 -> 5.63 us), half and half did not (a step -0.6%).
-// FP8 in shared memory was 0.5% slower. (bf16 now takes the bulk variant below.) All of it before the wait: half or a quarter of W_o fetched
+// once it had drained (9.98 us in the chain); the whole slice in shared memory slowed the split
+// attention sharing those SMs (4.35 -> 5.63 us), half and half did not (a step -0.6%). FP8 in
+// shared memory was 0.5% slower. All of it before the wait: half or a quarter of W_o fetched
 // after the wait was slower, none slower still.
 // W_o: bf16 2 rows an instruction (16 lanes x 8 columns), 16 rounds; e4m3 4 rows (8 lanes x 16
 // columns), 8 rounds.
@@ -145,60 +144,6 @@ __device__ __forceinline__ void mla_v_up_o_prefetch(const MlaVUpOParams& p, int 
   ptx::cp_async_commit();
 }
 
-// The bulk variant (kBulk, bf16's default: mla_v_up_o_kernels.cu has the figures): the block's
-// whole W_o slice and W_UV rows land in shared memory by bulk copies (the TMA engine), one a row,
-// completing on one mbarrier; registers keep only FP8's block scales. Tried because a v_up_o
-// block's ~5,000 16-byte register loads and cp.asyncs are issued while split-attention tile blocks
-// on the same SMs compute, and the wait probe showed those tiles slow after their scores (warp 0's
-// softmax ending ~2.5 us after the scores were in shared memory). That was not the cause: with the
-// bulk copies the tiles' marks did not come earlier (each mark costs thread 0 a global load:
-// wait_probe.cuh), and the split's advance grew (4.61 -> 5.12 us in the timeline) while this
-// launch's fell (6.40 -> 6.14); the bf16 step gained ~0.3% on the whole. FP8, whose 32 KB slice
-// fits in registers, lost 2.5% with it.
-// Layout: W_o rows [256c, 256c + 256) x the head's 128 columns (row-major), then W_UV's 128 value
-// rows x the block's 64 latent columns.
-template <bool kFp8>
-constexpr uint32_t vupo_bulk_o_row() { return kVUpOVdim * (kFp8 ? 1 : 2); }
-constexpr uint32_t kVUpOBulkUvRow = vupo::kCols * 2;
-template <bool kFp8>
-constexpr int mla_v_up_o_bulk_smem_bytes() {
-  return vupo::kRows * vupo_bulk_o_row<kFp8>() + kVUpOVdim * kVUpOBulkUvRow;
-}
-
-template <bool kFp8>
-__device__ __forceinline__ void mla_v_up_o_prefetch_bulk(const MlaVUpOParams& p, int head, int c, VUpORegs<kFp8>& r,
-                                                         uint8_t* smem, uint64_t* bar) {
-  using R = VUpORegs<kFp8>;
-  constexpr uint32_t kORow = vupo_bulk_o_row<kFp8>(), kOBytes = vupo::kRows * kORow;
-  if (threadIdx.x == 0) {
-    kern::mbar_init(bar, 1);
-    kern::mbar_fence_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) kern::mbar_arrive_expect_tx(bar, kOBytes + kVUpOVdim * kVUpOBulkUvRow);
-  const uint64_t policy = kern::l2_evict_first();
-  const int64_t row_bytes = p.o.cols * (kFp8 ? 1 : 2);
-  const uint8_t* o = static_cast<const uint8_t*>(p.o.data) + static_cast<int64_t>(head) * kORow +
-                     static_cast<int64_t>(c) * vupo::kRows * row_bytes;
-  for (int i = threadIdx.x; i < vupo::kRows; i += kVUpOThreads)
-    kern::bulk_copy_g2s(smem + i * kORow, o + i * row_bytes, kORow, bar, policy);
-  const __nv_bfloat16* uv =
-      p.vu.kv_b + (static_cast<int64_t>(head) * (p.vu.nope + p.vu.vdim) + p.vu.nope) * p.vu.kv_lora + c * vupo::kCols;
-  for (int i = threadIdx.x; i < kVUpOVdim; i += kVUpOThreads)
-    kern::bulk_copy_g2s(smem + kOBytes + i * kVUpOBulkUvRow, uv + static_cast<int64_t>(i) * p.vu.kv_lora,
-                        kVUpOBulkUvRow, bar, policy);
-  if constexpr (kFp8) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t scale_cols = kern::fp8_block_div(p.o.cols + p.o.block_cols - 1, p.o.block_cols);
-    const float* scale_row0 = p.o.scale_inv + kern::fp8_block_div(head * kVUpOVdim + 16 * (lane % R::kOLanes), p.o.block_cols);
-#pragma unroll
-    for (int q = 0; q < R::kORounds; ++q) {
-      const int64_t row = c * vupo::kRows + 32 * warp + (32 / R::kOLanes) * q + lane / R::kOLanes;
-      r.oscale[q] = __ldg(scale_row0 + kern::fp8_block_div(row, p.o.block_rows) * scale_cols);
-    }
-  }
-}
-
 struct VUpOSmem {
   float red[vupo::kSplitGroups][vupo::kCols];
   float ctx[vupo::kCols];
@@ -207,11 +152,9 @@ struct VUpOSmem {
   int last;
 };
 
-// wo_s: the register variant's W_o pieces, or (kBulk) the bulk layout, complete once `bar`'s
-// phase 0 has.
-template <bool kFp8, bool kBulk = false>
+template <bool kFp8>
 __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int head, int c, const VUpORegs<kFp8>& r,
-                                                   const uint8_t* wo_s, VUpOSmem& sm, uint64_t* bar = nullptr) {
+                                                   const uint8_t* wo_s, VUpOSmem& sm) {
   namespace cg = cooperative_groups;
   using R = VUpORegs<kFp8>;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -261,17 +204,10 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
     float x[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) x[j] = sm.ctx[8 * (lane & 7) + j];
-    if constexpr (kBulk) kern::mbar_wait(bar, 0, "attention output's weights");
     float v[vupo::kUvRounds];
 #pragma unroll
     for (int q = 0; q < vupo::kUvRounds; ++q) {
-      uint4 w;
-      if constexpr (kBulk)
-        w = *reinterpret_cast<const uint4*>(wo_s + vupo::kRows * vupo_bulk_o_row<kFp8>() +
-                                            (16 * warp + 4 * q + (lane >> 3)) * kVUpOBulkUvRow + 16 * (lane & 7));
-      else
-        w = r.uv[q];
-      v[q] = vupo::dot8_bf16_f32(w, x, 0.f);
+      v[q] = vupo::dot8_bf16_f32(r.uv[q], x, 0.f);
 #pragma unroll
       for (int m = 1; m < 8; m *= 2) v[q] += __shfl_xor_sync(0xffffffffu, v[q], m);
     }
@@ -302,17 +238,12 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
     float x[kX];
 #pragma unroll
     for (int j = 0; j < kX; ++j) x[j] = sm.vh[kX * (lane % R::kOLanes) + j];
-    if constexpr (!kBulk) asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's own pieces (see VUpORegs)
+    asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's own pieces (see VUpORegs)
     float a[R::kORounds];
 #pragma unroll
     for (int q = 0; q < R::kORounds; ++q) {
-      uint4 w;
-      if constexpr (kBulk)
-        w = *reinterpret_cast<const uint4*>(wo_s + (32 * warp + (32 / R::kOLanes) * q + lane / R::kOLanes) *
-                                                       vupo_bulk_o_row<kFp8>() + 16 * (lane % R::kOLanes));
-      else
-        w = q < kVUpORegRounds ? r.o[q < kVUpORegRounds ? q : 0]
-                               : *reinterpret_cast<const uint4*>(wo_s + vupo_piece_offset(q - kVUpORegRounds));
+      const uint4 w = q < kVUpORegRounds ? r.o[q < kVUpORegRounds ? q : 0]
+                                         : *reinterpret_cast<const uint4*>(wo_s + vupo_piece_offset(q - kVUpORegRounds));
       if constexpr (kFp8) {
         float d = vupo::dot4_e4m3_f32(w.x, x, 0.f);
         d = vupo::dot4_e4m3_f32(w.y, x + 4, d);
@@ -350,22 +281,14 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// wo_s: mla_v_up_o_smem_bytes<kFp8>() of shared memory (kBulk: mla_v_up_o_bulk_smem_bytes), 16-byte
-// aligned.
-template <bool kFp8, bool kBulk = false>
+// wo_s: mla_v_up_o_smem_bytes<kFp8>() of shared memory, 16-byte aligned.
+template <bool kFp8>
 __device__ __forceinline__ void mla_v_up_o_block(const MlaVUpOParams& p, int head, int c, uint8_t* wo_s) {
   __shared__ __align__(16) VUpOSmem sm;
   VUpORegs<kFp8> r;
-  if constexpr (kBulk) {
-    __shared__ __align__(8) uint64_t bar;
-    mla_v_up_o_prefetch_bulk<kFp8>(p, head, c, r, wo_s, &bar);
-    pdl::wait();
-    mla_v_up_o_compute<kFp8, true>(p, head, c, r, wo_s, sm, &bar);
-  } else {
-    mla_v_up_o_prefetch<kFp8>(p, head, c, r, wo_s);
-    pdl::wait();
-    mla_v_up_o_compute<kFp8>(p, head, c, r, wo_s, sm);
-  }
+  mla_v_up_o_prefetch<kFp8>(p, head, c, r, wo_s);
+  pdl::wait();
+  mla_v_up_o_compute<kFp8>(p, head, c, r, wo_s, sm);
 }
 
 }  // namespace rs::cuda

@@ -35,10 +35,5 @@ bool mla_v_up_o_supported(const MlaVUpOParams& p);
 void launch_mla_v_up_o(const MlaVUpOParams& p, cudaStream_t stream);
 // RS_VUP_O=0 turns the fused launch off (A/B runs); set at run time by tests.
 void set_mla_v_up_o(bool on);
-// Which weight types take their weights by bulk copies into shared memory instead of register
-// loads (mla_v_up_o.cuh, kBulk; the same bits): 0 none, 1 bf16 (the default), 2 bf16 and FP8.
-// Environment RS_VUPO_BULK starts another.
-void set_mla_v_up_o_bulk(int mode);
-int mla_v_up_o_bulk();
 
 }  // namespace rs::cuda
