@@ -496,8 +496,9 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
   if (!rope_in_absorb) { RS_OP("rope_q"); launch_rope_q(rq, stream); }
   const float scale = static_cast<float>(s.softmax_scale());
   // The attention forms the newest cache row (a split of its own) after the clustered q/kv launch,
-  // and after the absorb launch for one token where row_split_after_absorb() says so.
-  const bool row_split = qkv_absorbed || (!rec_ && rope_in_absorb && n == 1 && nd == 1 && row_split_after_absorb());
+  // and after the absorb launch for one token where row_split_after_absorb() says so (a pure
+  // decode step of one row: nd == 1 with rope_in_absorb means n == 1).
+  const bool row_split = qkv_absorbed || (!rec_ && rope_in_absorb && nd == 1 && row_split_after_absorb());
   if (nd > 0) {  // absorbed MQA over the latent cache
     if (!qkv_absorbed) {  // (else the q/kv launch absorbed q and the attention forms the cache row)
       const MlaAbsorbQParams ab = absorb_params(L, nd, rope_in_absorb);
