@@ -15,6 +15,10 @@
 //     partial, written as fp32;
 //  5. the 16th block to finish a row chunk (a counter per chunk) sums the heads' partials in head
 //     order and writes the bf16 output; the result does not depend on which block came last.
+//     With p.fixed instead, every block adds its partial into fixed-point words (an integer
+//     red.global.add, the same bits in any order) and is done: the ticket's fence, atomic and
+//     the last block's reads were ~1.5 us of the launch's advance (H200, bf16 b1, eighteenth
+//     session's bound), and the consumer reads the sums after the grid completes anyway.
 // The reduction over heads goes through L2 because a cluster holds one head: W_UV's rows are
 // shared by the head's blocks, and a cluster over heads would need every block to read all of
 // its head's W_UV (8x the bytes).
@@ -24,6 +28,7 @@
 #include <cstdint>
 
 #include "kernels/common/bf16_fp8.cuh"
+#include "kernels/common/fixed_point.cuh"
 #include "kernels/common/mma_ptx.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
@@ -256,10 +261,15 @@ __device__ __forceinline__ void mla_v_up_o_compute(const MlaVUpOParams& p, int h
     }
     const float sum = vupo::reduce_scatter<R::kORounds>(a);
     const int row = c * vupo::kRows + 32 * warp + (32 / R::kOLanes) * (lane % R::kOLanes) + lane / R::kOLanes;
-    p.partials[static_cast<int64_t>(head) * kVUpOHidden + row] = sum;
+    if (p.fixed) kern::red_add_fixed(p.fixed + row, kern::to_fixed(sum));
+    else p.partials[static_cast<int64_t>(head) * kVUpOHidden + row] = sum;
   }
 
   pdl::probe_mark(kern::kProbeMainDone);  // this block's o_proj partial stored
+  if (p.fixed) {  // (the red's are performed before the grid completes)
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    return;
+  }
   // 5. The last block of row chunk c sums the heads. Writers: store, fence, barrier, one atomic;
   // the last one: atomic, fence, barrier, then L2 reads (the threadFenceReduction pattern).
   __threadfence();

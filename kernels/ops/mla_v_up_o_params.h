@@ -28,10 +28,20 @@ struct MlaVUpOParams {
   __nv_bfloat16* out = nullptr;        // [hidden]
   float* partials = nullptr;           // [heads, hidden] scratch
   int* counters = nullptr;             // [kVUpOCluster], zero between launches (the kernel leaves them so)
+  // Nullable. Set: the heads' sum goes into these [hidden] words as fixed-point int64 (units of
+  // 2^-32, kernels/common/fixed_point.cuh), added by every block with red.global.add, so no
+  // block waits for the others (no ticket, no last block); out, partials and counters are then
+  // unused. The words must be zero on entry; the consumer (the cluster router,
+  // RouterNormIn::delta_fixed) rounds the sums to bf16 and zeroes them again.
+  unsigned long long* fixed = nullptr;
 };
 
 // Whether the fused launch computes this token's output (else: launch_mla_v_up + the o_proj linear).
 bool mla_v_up_o_supported(const MlaVUpOParams& p);
+// RS_VUP_O_FIXED=0 keeps the ticket's head sum where the fixed-point one applies (A/B runs);
+// set at run time by tests (read when the forward pass records a step).
+bool mla_v_up_o_fixed_sum_on();
+void set_mla_v_up_o_fixed_sum(bool on);
 void launch_mla_v_up_o(const MlaVUpOParams& p, cudaStream_t stream);
 // RS_VUP_O=0 turns the fused launch off (A/B runs); set at run time by tests.
 void set_mla_v_up_o(bool on);

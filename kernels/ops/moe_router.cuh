@@ -1,4 +1,5 @@
 #pragma once
+#include "kernels/common/fixed_point.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/ops/lm_head_params.h"
@@ -213,6 +214,31 @@ __device__ __forceinline__ void router_residual_add(const RouterNormIn& norm, in
   const float4 r1 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v + 1];
   float d[8];
   bf16x8_to_float(reinterpret_cast<const uint4*>(norm.delta + row)[v], d);
+  x[0] = r0.x + d[0]; x[1] = r0.y + d[1]; x[2] = r0.z + d[2]; x[3] = r0.w + d[3];
+  x[4] = r1.x + d[4]; x[5] = r1.y + d[5]; x[6] = r1.z + d[6]; x[7] = r1.w + d[7];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) ss += x[j] * x[j];
+}
+
+// router_residual_add with the delta as fixed-point sums (RouterNormIn::delta_fixed), each
+// rounded to bf16 first as `delta` holds it; that bf16 vector also into delta_out when given.
+__device__ __forceinline__ void router_residual_add_fixed(const RouterNormIn& norm, int64_t row, int v, float (&x)[8],
+                                                          float& ss, __nv_bfloat16* delta_out) {
+  const float4 r0 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v];
+  const float4 r1 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v + 1];
+  const ulonglong2* f = reinterpret_cast<const ulonglong2*>(norm.delta_fixed + row) + 4 * v;
+  ulonglong2 q[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) q[i] = __ldcg(f + i);  // written by the previous grid's red's: from L2
+  float d[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    d[2 * i] = kern::from_fixed(static_cast<long long>(q[i].x));
+    d[2 * i + 1] = kern::from_fixed(static_cast<long long>(q[i].y));
+  }
+  const uint4 db = float_to_bf16x8(d);
+  bf16x8_to_float(db, d);
+  if (delta_out) reinterpret_cast<uint4*>(delta_out + row)[v] = db;
   x[0] = r0.x + d[0]; x[1] = r0.y + d[1]; x[2] = r0.z + d[2]; x[3] = r0.w + d[3];
   x[4] = r1.x + d[4]; x[5] = r1.y + d[5]; x[6] = r1.z + d[6]; x[7] = r1.w + d[7];
 #pragma unroll

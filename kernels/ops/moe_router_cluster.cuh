@@ -143,7 +143,12 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
         const int v = threadIdx.x + k * kRouterThreads;
 #pragma unroll
         for (int j = 0; j < 8; ++j) y[k][j] = 0.f;
-        if (v < vecs) router_residual_add(norm, row, v, y[k], ss);
+        if (v < vecs) {
+          if (norm.delta_fixed)  // one block writes the bf16 delta (ranks 0 and 1 have stores of their own)
+            router_residual_add_fixed(norm, row, v, y[k], ss, rank == 2 ? norm.delta_out : nullptr);
+          else
+            router_residual_add(norm, row, v, y[k], ss);
+        }
       }
       const float inv = rsqrtf(block_sum(ss, nscratch) / lg.hidden + norm.eps);
 #pragma unroll
@@ -194,6 +199,14 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
   }
   cluster.sync();  // release / acquire: every block's logits are in block 0's shared memory
   pdl::probe_mark(kern::kProbeStep2);
+  if (norm.delta_fixed && rank != 0) {
+    // Every block has read the sums (its logits, which used them, are in): blocks 1..7 zero them
+    // for the next layer's mla_v_up_o, whose adds come after its wait, so after this grid; block
+    // 0 goes straight on to the selection.
+    constexpr int kZeroers = kRouterClusterBlocks - 1;
+    const int words = n * lg.hidden, per = (words + kZeroers - 1) / kZeroers;
+    for (int i = (rank - 1) * per + threadIdx.x; i < min(words, rank * per); i += kRouterThreads) norm.delta_fixed[i] = 0ull;
+  }
   if (rank != 0 || warp >= n) return;
   for (int e = lane; e < p.experts; e += 32) lg.logits[static_cast<int64_t>(warp) * lg.vocab + e] = logits_s[warp][e];
   router_cluster_select(p, warp, logits_s[warp], wscratch + warp * router_warp_scratch_floats(p.experts));

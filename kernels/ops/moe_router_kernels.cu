@@ -1,3 +1,6 @@
+#include <cstdio>
+#include <cstdlib>
+
 #include "kernels/common/carveout.h"
 #include "kernels/common/env_int.h"
 #include "kernels/common/l2_sides.h"
@@ -59,6 +62,11 @@ void set_router_cluster(bool on) { g_router_cluster = on; }
 bool moe_router_cluster_fits(int n, int hidden, int experts, int n_group, int top_k) {
   return router_cluster_supported(n, hidden, experts, n_group, top_k) && router_cluster_vecs(hidden) != 3;
 }
+bool moe_router_cluster_takes(int n, int hidden, int experts, int n_group, int top_k) {
+  const int vecs = router_cluster_vecs(hidden);  // the widths launch_moe_router_fused instantiates
+  return g_router_cluster && moe_router_cluster_fits(n, hidden, experts, n_group, top_k) &&
+         (vecs == 1 || vecs == 2 || vecs == 4);
+}
 void launch_moe_router(const MoeRouterParams& p, cudaStream_t stream) {
   kern::l2_sided_inputs_mark(nullptr, nullptr, nullptr);  // this routing has no sided copies
   if (p.n <= 0) return;
@@ -101,6 +109,10 @@ void launch_moe_router_fused(const LmHeadParams& lg, const MoeRouterParams& p, i
       case 4: launch_router_cluster<4>(lg, pc, smem, stream, nin); return;
       default: break;  // 3: the 64-block kernel
     }
+  }
+  if (norm && norm->delta_fixed) {  // the caller checked moe_router_cluster_takes: a bug if reached
+    std::fprintf(stderr, "launch_moe_router_fused: a fixed-point delta needs the cluster router\n");
+    std::abort();
   }
   kern::l2_sided_inputs_mark(nullptr, nullptr, nullptr);  // the 64-block kernel writes none
   const dim3 grid(p.experts, (p.n + kRouterWarps - 1) / kRouterWarps);

@@ -54,6 +54,12 @@ struct RouterNormIn {
   const float* weight = nullptr;         // [hidden] post_attention_layernorm
   __nv_bfloat16* out = nullptr;          // [n, hidden]
   __nv_bfloat16* out_side[2] = {nullptr, nullptr};  // nullable: out again on each L2 side (one token)
+  // Nullable, one token, the cluster router only: delta as mla_v_up_o's fixed-point sums
+  // (MlaVUpOParams::fixed) instead of `delta`; the router rounds them to bf16 (the value `delta`
+  // would hold), writes that to delta_out for the next layer's add + RMSNorm, and zeroes the
+  // words for the next layer's sums.
+  unsigned long long* delta_fixed = nullptr;
+  __nv_bfloat16* delta_out = nullptr;
   float eps = 1e-6f;
 };
 constexpr int kRouterNormMaxTokens = 16;
@@ -65,5 +71,8 @@ void launch_moe_router_fused(const LmHeadParams& lg, const MoeRouterParams& p, i
                              const RouterNormIn* norm = nullptr, bool allow_cluster = true);
 void set_router_cluster(bool on);
 bool moe_router_cluster_fits(int n, int hidden, int experts, int n_group, int top_k);
+// Whether launch_moe_router_fused(..., allow_cluster = true) takes the cluster kernel (the only
+// one that reads RouterNormIn::delta_fixed) for these shapes.
+bool moe_router_cluster_takes(int n, int hidden, int experts, int n_group, int top_k);
 
 }  // namespace rs::cuda

@@ -279,7 +279,10 @@ TEST_CASE("moe router fused: (add + RMSNorm +) logits GEMV + selection in one la
   cu::set_router_cluster(true);
 }
 
-TEST_CASE("moe router fused: the cluster kernel gives the 64-block kernel's bits") {
+// Path 2: the cluster kernel reading the attention output as mla_v_up_o's fixed-point head sums
+// (RouterNormIn::delta_fixed) that equal the bf16 delta exactly: the same bits again, the bf16
+// delta written back to delta_out, and the sums zeroed for the next layer.
+TEST_CASE("moe router fused: the cluster kernel gives the 64-block kernel's bits, from bf16 or fixed-point deltas") {
   if (skip_without_gpu("moe router cluster")) return;
   const RouterCase v2lite{rs::ScoringFunc::Softmax, rs::TopkMethod::Greedy, 64, 6, 1, 1, 2048, false, 1.0, false};
   const RouterCase tiny{rs::ScoringFunc::Sigmoid, rs::TopkMethod::NoauxTc, 16, 4, 4, 2, 256, true, 2.5, true};
@@ -295,13 +298,20 @@ TEST_CASE("moe router fused: the cluster kernel gives the 64-block kernel's bits
       std::vector<float> unused;
       auto wb = rng.bf16(size_t(c.E) * c.hidden, -0.06f, 0.06f, &unused);
       auto db = rng.bf16(size_t(n) * c.hidden, -1.f, 1.f, &unused);
-      Dev<uint16_t> dw(wb), ddelta(db);
+      // Values below 2^-20 to zero: every delta is then a whole number of 2^-32.
+      for (auto& b : db)
+        if (std::fabs(bf16_bits_to_float(b)) < 0x1p-20f) b = 0;
+      std::vector<unsigned long long> fixed(db.size());
+      for (size_t i = 0; i < db.size(); ++i)
+        fixed[i] = static_cast<unsigned long long>(std::llround(double(bf16_bits_to_float(db[i])) * 0x1p32));
+      Dev<uint16_t> dw(wb), ddelta(db), ddelta_out(db.size());
+      Dev<unsigned long long> dfixed(fixed);
       Dev<float> dres(res), dg(g), dbias(bias);
-      std::vector<uint16_t> xn[2];
-      std::vector<float> logits[2], wts[2], margins[2];
-      std::vector<int32_t> ids[2];
-      for (int path = 0; path < 2; ++path) {
-        cu::set_router_cluster(path == 0);
+      std::vector<uint16_t> xn[3];
+      std::vector<float> logits[3], wts[3], margins[3];
+      std::vector<int32_t> ids[3];
+      for (int path = 0; path < 3; ++path) {
+        cu::set_router_cluster(path != 1);
         Dev<uint16_t> dx(size_t(n) * c.hidden);
         Dev<float> dlog(size_t(n) * c.E), dwt(size_t(n) * c.k), dmargin(n);
         Dev<int32_t> dids(size_t(n) * c.k), dcount(cu::moe_router_fused_counters(n));
@@ -311,7 +321,12 @@ TEST_CASE("moe router fused: the cluster kernel gives the 64-block kernel's bits
         p.margins = dmargin.ptr;
         cu::RouterNormIn nin;
         nin.residual = dres.ptr;
-        nin.delta = bf(ddelta);
+        nin.delta = path == 2 ? nullptr : bf(ddelta);
+        if (path == 2) {
+          REQUIRE(cu::moe_router_cluster_takes(n, c.hidden, c.E, c.groups, c.k));
+          nin.delta_fixed = dfixed.ptr;
+          nin.delta_out = bf_mut(ddelta_out);
+        }
         nin.weight = dg.ptr;
         nin.out = bf_mut(dx);
         cu::launch_moe_router_fused(lg, p, dcount.ptr, 0, &nin);
@@ -322,11 +337,17 @@ TEST_CASE("moe router fused: the cluster kernel gives the 64-block kernel's bits
         wts[path] = dwt.host();
         margins[path] = dmargin.host();
       }
-      CHECK(xn[0] == xn[1]);
-      CHECK(logits[0] == logits[1]);
-      CHECK(ids[0] == ids[1]);
-      CHECK(wts[0] == wts[1]);
-      CHECK(margins[0] == margins[1]);
+      for (int path : {0, 2}) {
+        INFO("path " << path);
+        CHECK(xn[path] == xn[1]);
+        CHECK(logits[path] == logits[1]);
+        CHECK(ids[path] == ids[1]);
+        CHECK(wts[path] == wts[1]);
+        CHECK(margins[path] == margins[1]);
+      }
+      CHECK(ddelta_out.host() == db);
+      const auto left = dfixed.host();
+      CHECK(std::all_of(left.begin(), left.end(), [](unsigned long long w) { return w == 0; }));
     }
   cu::set_router_cluster(true);
 }

@@ -89,6 +89,31 @@ void run_v_up_o_case(int len, cu::WeightType otype, uint64_t seed) {
   CHECK(got[0] == got[1]);
   CHECK(got[0] == got[2]);
 
+  // The fixed-point head sum (MlaVUpOParams::fixed, what the cluster router reads): exact integer
+  // adds, so the same words on every launch whatever order the blocks finish in, and rounded to
+  // bf16 at most one bf16 step from the ticket's fp32 sum in head order.
+  Dev<unsigned long long> fixed(kHidden);
+  cu::MlaVUpOParams ff = f;
+  ff.fixed = fixed.ptr;
+  REQUIRE(cu::mla_v_up_o_supported(ff));
+  std::vector<unsigned long long> words[3];
+  for (auto& w : words) {
+    ok(cudaMemset(fixed.ptr, 0, fixed.n * 8), "zero the sums (the router's job)");
+    cu::launch_mla_v_up_o(ff, 0);
+    ok(cudaGetLastError(), "launch v_up + o_proj, fixed-point sum");
+    w = fixed.host();
+  }
+  CHECK(words[0] == words[1]);
+  CHECK(words[0] == words[2]);
+  std::vector<float> fixed_out(kHidden);
+  int off_by_more = 0;
+  for (int r = 0; r < kHidden; ++r) {
+    const uint16_t b = float_to_bf16_bits(float(double(static_cast<long long>(words[0][r])) * 0x1p-32));
+    fixed_out[r] = bf16_bits_to_float(b);
+    if (std::abs(int(b) - int(got[0][r])) > 1) ++off_by_more;
+  }
+  CHECK(off_by_more == 0);
+
   // The two-launch path's attention output, through W_o here.
   cu::launch_mla_v_up(v, 0);
   ok(cudaGetLastError(), "launch v_up");
@@ -125,6 +150,7 @@ void run_v_up_o_case(int len, cu::WeightType otype, uint64_t seed) {
     ref[r] = float(wo.dot(r, v_ref, 0));
   }
   CHECK(rel_err(fused, ref) < 1e-2);
+  CHECK(rel_err(fixed_out, ref) < 1e-2);
   // Against the two-launch path: the same bf16 attention output up to a rounding flip or two,
   // then sums in another order and the output's bf16 rounding.
   CHECK(rel_err(fused, two_launch) < 4e-3);
@@ -155,6 +181,26 @@ TEST_CASE("mla v up + o_proj: V2-Lite decode steps with the fused launch match t
   }
 }
 
+// The head sum as fixed-point words read by the cluster router (every MoE layer of a V2-Lite
+// step) against the ticket's bf16 sum: the same rounding-flip level of difference as above;
+// and two backends with it on give the same bits (integer adds: the order the blocks' adds land
+// in cannot show).
+TEST_CASE("mla v up + o_proj: V2-Lite decode steps with the fixed-point head sum match the ticket's, bit-reproducibly") {
+  if (skip_without_gpu("mla v up + o_proj fixed-point sum at V2-Lite shapes")) return;
+  if (!v2lite_decode_fits("gpu.cuda", "mla v up + o_proj fixed-point sum at V2-Lite shapes")) return;
+  for (bool fp8 : {false, true}) {
+    INFO("fp8 " << fp8);
+    const PathCompare r = compare_v2lite_decode(fp8, [](int path) { cu::set_mla_v_up_o_fixed_sum(path == 0); }, 0.999,
+                                                fp8 ? 0.1f : 0.05f);
+    for (const std::string& f : r.failures) FAIL_CHECK(f);
+    std::printf("[gpu.cuda] v2-lite %s: 6 decode steps, min logits cosine fixed-point vs ticket head sum %.7f, %d argmax flips\n",
+                fp8 ? "fp8" : "bf16", r.worst_cosine, r.flips);
+  }
+  const PathCompare same = compare_v2lite_decode(false, [](int) { cu::set_mla_v_up_o_fixed_sum(true); }, 0.999, 0.f);
+  CHECK(same.differing_steps == 0);
+  CHECK(same.flips == 0);
+  cu::set_mla_v_up_o_fixed_sum(true);
+}
 
 TEST_CASE("mla v up + o_proj: one token's merge, W_UV and o_proj in one launch equal the two-launch path") {
   if (skip_without_gpu("mla v up + o_proj")) return;

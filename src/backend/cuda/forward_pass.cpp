@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/mega_program.h"
@@ -163,6 +164,8 @@ void ForwardPass::ensure_capacity(const Capacity& want, cudaStream_t stream,
   vupo_partials_.reset(nh * size_t(kVUpOHidden) * 4, "attention output head partials");
   vupo_counters_.reset(kVUpOCluster * 4, "attention output chunk counters");
   RS_CUDA(cudaMemsetAsync(vupo_counters_.get(), 0, vupo_counters_.bytes(), stream));
+  attn_fixed_.reset(H * 8, "attention output fixed-point head sums");
+  RS_CUDA(cudaMemsetAsync(attn_fixed_.get(), 0, attn_fixed_.bytes(), stream));
   if (c.ctx > 0) {
     lat_.reset(size_t(c.ctx) * R * 2, "prefill latents");
     pe_.reset(size_t(c.ctx) * s.qk_rope_head_dim * 2, "prefill rope keys");
@@ -443,6 +446,7 @@ bool ForwardPass::qkv_absorb(const DeviceLayer& L, int n, int nd, const std::vec
 }
 
 void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>& prefills, cudaStream_t stream) {
+  attn_fixed_pending_ = false;  // set below only by this layer's fixed-point head sum
   const ModelSpec& s = spec_;
   const DeviceLayer& L = w_.layers[layer];
   const LinearWorkspace lws{linear_ws_.get(), linear_ws_.bytes()};
@@ -551,11 +555,13 @@ void ForwardPass::attention(int layer, int n, int nd, const std::vector<Prefill>
     }
     // One token: merge, W_UV and o_proj as one launch where the shapes allow (mla_v_up_o.cuh).
     if (!rec_ && n == 1 && nd == 1 && prefills.empty() && merge_in_v_up) {
-      const MlaVUpOParams vo{vu, L.o_proj, attn_out_.get<__nv_bfloat16>(), vupo_partials_.get<float>(),
-                             vupo_counters_.get<int>()};
+      MlaVUpOParams vo{vu, L.o_proj, attn_out_.get<__nv_bfloat16>(), vupo_partials_.get<float>(),
+                       vupo_counters_.get<int>()};
+      if (attn_fixed_sum(layer, n)) vo.fixed = attn_fixed_.get<unsigned long long>();
       if (mla_v_up_o_supported(vo)) {
-        RS_OP("mla v up + split merge + o_proj");
+        RS_OP(vo.fixed ? "mla v up + split merge + o_proj (fixed-point head sum)" : "mla v up + split merge + o_proj");
         launch_mla_v_up_o(vo, stream);
+        attn_fixed_pending_ = vo.fixed != nullptr;
         return;
       }
     }
@@ -605,6 +611,41 @@ bool ForwardPass::router_takes_norm(int layer, int n) const {
          moe_router_fused_fits(n, s.hidden_size, s.n_routed_experts, s.n_group, s.num_experts_per_tok);
 }
 
+MoeExperts ForwardPass::layer_experts(int layer, int n) const {
+  const ModelSpec& s = spec_;
+  const DeviceLayer& L = w_.layers[layer];
+  // Decode sizes: the shared experts run inside the routed-expert kernels (one gate_up and one
+  // down launch per layer, linear.h moe_can_fuse_shared); otherwise as a dense MLP (mlp()).
+  MoeExperts ex = L.experts;
+  if (L.has_shared) {
+    ex.n_shared = s.n_shared_experts;
+    ex.shared_gate = L.shared.gate;
+    ex.shared_up = L.shared.up;
+    ex.shared_down = L.shared.down;
+    if (!moe_can_fuse_shared(ex, n)) ex.n_shared = 0;
+  }
+  return ex;
+}
+
+// The 8-block cluster router (1-2 tokens) where the step gains from it (H200, V2-Lite,
+// docs/perf/cuda.md "Seventh session"): before one token's streamed gate_up, whose 216 KB
+// blocks cannot share an SM with the 64-block router's (bf16 2.16 against 2.26 ms a step),
+// and with FP8 experts (b1 with the register gate_up: 1.975 against 2.018 ms). Before bf16's
+// register gate_up it lost (2.230 against 2.214 ms).
+bool ForwardPass::router_cluster_launch(int layer, int n) const {
+  const MoeExperts ex = layer_experts(layer, n);
+  return ex.type == WeightType::FP8_E4M3_BLOCK || kern::expert_stream_takes(ex, n, spec_.num_experts_per_tok);
+}
+
+// One token whose router takes the post-attention norm on the cluster kernel: the attention
+// output's sum over heads needs no last block (mla_v_up_o.cuh step 5).
+bool ForwardPass::attn_fixed_sum(int layer, int n) const {
+  const ModelSpec& s = spec_;
+  return mla_v_up_o_fixed_sum_on() && n == 1 && !rec_ && w_.layers[layer].moe && router_takes_norm(layer, n) &&
+         router_cluster_launch(layer, n) &&
+         moe_router_cluster_takes(n, s.hidden_size, s.n_routed_experts, s.n_group, s.num_experts_per_tok);
+}
+
 void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1,
                       const __nv_bfloat16* attn_delta, const AddRmsNormParams* dense_norm) {
   const ModelSpec& s = spec_;
@@ -615,16 +656,10 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     *d1 = nullptr;
     return;
   }
-  // Decode sizes: the shared experts run inside the routed-expert kernels (one gate_up and one
-  // down launch per layer, linear.h moe_can_fuse_shared); otherwise as a dense MLP below.
-  MoeExperts ex = L.experts;
-  if (L.has_shared) {
-    ex.n_shared = s.n_shared_experts;
-    ex.shared_gate = L.shared.gate;
-    ex.shared_up = L.shared.up;
-    ex.shared_down = L.shared.down;
-    if (!moe_can_fuse_shared(ex, n)) ex.n_shared = 0;
-  }
+  const MoeExperts ex = layer_experts(layer, n);
+  // This layer's attention output as fixed-point sums (attention() set it): read by the cluster
+  // router, which attn_fixed_sum() made sure is the launch below.
+  const bool fixed = std::exchange(attn_fixed_pending_, false);
   // With attn_delta set, xn_ holds this layer's post-attention norm only once the fused router
   // below has run: everything that reads xn_ (experts, shared experts) must be launched after it.
   LmHeadParams lg;  // router logits: fp32 GEMV over the bf16 router weight
@@ -663,12 +698,16 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     nin.weight = L.post_norm;
     nin.out = xn_.get<__nv_bfloat16>();
     nin.eps = static_cast<float>(s.rms_norm_eps);
+    if (fixed) {
+      nin.delta_fixed = attn_fixed_.get<unsigned long long>();
+      nin.delta_out = attn_out_.get<__nv_bfloat16>();  // what `pending` points at (forward())
+    }
   }
   // One token: the router inside the experts' streamed launch where that is switched on and takes
   // them (kernels/ops/expert_stream_route.cuh, RS_ROUTE_IN_EXPERTS; off by default: behind the
   // cluster router both weight types measured faster); the same bits as the two launches below.
   bool routed_in = false;
-  if (attn_delta && n == 1 && !rec_) {
+  if (attn_delta && n == 1 && !rec_ && !fixed) {
     RS_OP("add+rmsnorm + router + moe_experts (one launch)");
     routed_in = moe_experts_routed(ex, kern::ExpertRouteParams{lg, r, nin}, mlp_out_.get<__nv_bfloat16>(), mws, stream);
   }
@@ -676,14 +715,7 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     if (attn_delta) {  // router_takes_norm(layer, n): add + RMSNorm, logits and selection in one launch
       RS_OP("add+rmsnorm + router logits + selection (fused)");
       if (rec_) rec_->router(lg, r, router_counters_.get<int>(), nin);
-      // The 8-block cluster router (1-2 tokens) where the step gains from it (H200, V2-Lite,
-      // docs/perf/cuda.md "Seventh session"): before one token's streamed gate_up, whose 216 KB
-      // blocks cannot share an SM with the 64-block router's (bf16 2.16 against 2.26 ms a step),
-      // and with FP8 experts (b1 with the register gate_up: 1.975 against 2.018 ms). Before bf16's
-      // register gate_up it lost (2.230 against 2.214 ms).
-      else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin,
-                                   ex.type == WeightType::FP8_E4M3_BLOCK ||
-                                       kern::expert_stream_takes(ex, n, s.num_experts_per_tok));
+      else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin, router_cluster_launch(layer, n));
     } else {
       if (rec_) throw MegaUnsupported("a router without the fused norm");
       { RS_OP("router logits (gemv)"); launch_lm_head(lg, stream); }

@@ -107,6 +107,13 @@ class ForwardPass {
   void mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16** d0, const __nv_bfloat16** d1,
            const __nv_bfloat16* attn_delta = nullptr, const AddRmsNormParams* dense_norm = nullptr);
   bool router_takes_norm(int layer, int n) const;
+  // The layer's experts as the MoE launches take them (the shared experts inside where they fit).
+  MoeExperts layer_experts(int layer, int n) const;
+  // Whether mlp() launches the cluster router for this layer's router (with the norm).
+  bool router_cluster_launch(int layer, int n) const;
+  // Whether this layer's attention output goes to the router as fixed-point head sums
+  // (mla_v_up_o's MlaVUpOParams::fixed; RS_VUP_O_FIXED=0 keeps the ticket's bf16 sum).
+  bool attn_fixed_sum(int layer, int n) const;
   // norm (optional): the add + RMSNorm producing xn_, run by the gate + up launch (linear_group:
   // its prologue for one or two rows); recorded as an op of its own for the megakernel.
   void dense_mlp(const DeviceMlp& m, int n, int64_t inter, __nv_bfloat16* out, cudaStream_t stream,
@@ -138,6 +145,11 @@ class ForwardPass {
   // One token's fused merge + W_UV + o_proj: per-head o_proj partials, and a counter per row
   // chunk, left zero by the kernel.
   DeviceBuffer vupo_partials_, vupo_counters_;
+  // The fixed-point head sums mla_v_up_o adds into and the cluster router reads and zeroes
+  // ([hidden] int64, zero between layers); attn_fixed_pending_: set by attention() when this
+  // layer's sum went there, for mlp()'s router.
+  DeviceBuffer attn_fixed_;
+  bool attn_fixed_pending_ = false;
   DeviceBuffer router_counters_;  // fused router: one int per 8-token chunk, left zero by the kernel
   // step metadata
   DeviceBuffer meta_, prefill_bt_, chained_ids_, resolved_ids_;
