@@ -206,26 +206,12 @@ __device__ __forceinline__ void moe_router_select_warp(const MoeRouterParams& p,
   __syncwarp();
 }
 
-// x = residual + delta of 16-byte vector v of the row at `row` (fp32, the reference's order),
-// its squares added to ss one by one (both fused routers: the same bits).
-__device__ __forceinline__ void router_residual_add(const RouterNormIn& norm, int64_t row, int v, float (&x)[8],
-                                                    float& ss) {
-  const float4 r0 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v];
-  const float4 r1 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v + 1];
-  float d[8];
-  bf16x8_to_float(reinterpret_cast<const uint4*>(norm.delta + row)[v], d);
-  x[0] = r0.x + d[0]; x[1] = r0.y + d[1]; x[2] = r0.z + d[2]; x[3] = r0.w + d[3];
-  x[4] = r1.x + d[4]; x[5] = r1.y + d[5]; x[6] = r1.z + d[6]; x[7] = r1.w + d[7];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) ss += x[j] * x[j];
-}
-
-// router_residual_add with the delta as fixed-point sums (RouterNormIn::delta_fixed), each
-// rounded to bf16 first as `delta` holds it; that bf16 vector also into delta_out when given.
-__device__ __forceinline__ void router_residual_add_fixed(const RouterNormIn& norm, int64_t row, int v, float (&x)[8],
-                                                          float& ss, __nv_bfloat16* delta_out) {
-  const float4 r0 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v];
-  const float4 r1 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v + 1];
+// The delta of 16-byte vector v as bf16: `delta`'s, or the fixed-point sums of delta_fixed
+// (the cluster router only) each rounded to bf16, which is the value `delta` would hold; that
+// vector also into delta_out when given.
+__device__ __forceinline__ uint4 router_delta_bf16(const RouterNormIn& norm, int64_t row, int v,
+                                                   __nv_bfloat16* delta_out) {
+  if (!norm.delta_fixed) return reinterpret_cast<const uint4*>(norm.delta + row)[v];
   const ulonglong2* f = reinterpret_cast<const ulonglong2*>(norm.delta_fixed + row) + 4 * v;
   ulonglong2 q[4];
 #pragma unroll
@@ -237,8 +223,19 @@ __device__ __forceinline__ void router_residual_add_fixed(const RouterNormIn& no
     d[2 * i + 1] = kern::from_fixed(static_cast<long long>(q[i].y));
   }
   const uint4 db = float_to_bf16x8(d);
-  bf16x8_to_float(db, d);
   if (delta_out) reinterpret_cast<uint4*>(delta_out + row)[v] = db;
+  return db;
+}
+
+// x = residual + delta of 16-byte vector v of the row at `row` (fp32, the reference's order),
+// its squares added to ss one by one (both fused routers: the same bits). delta_out: see
+// router_delta_bf16.
+__device__ __forceinline__ void router_residual_add(const RouterNormIn& norm, int64_t row, int v, float (&x)[8],
+                                                    float& ss, __nv_bfloat16* delta_out = nullptr) {
+  const float4 r0 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v];
+  const float4 r1 = reinterpret_cast<const float4*>(norm.residual + row)[2 * v + 1];
+  float d[8];
+  bf16x8_to_float(router_delta_bf16(norm, row, v, delta_out), d);
   x[0] = r0.x + d[0]; x[1] = r0.y + d[1]; x[2] = r0.z + d[2]; x[3] = r0.w + d[3];
   x[4] = r1.x + d[4]; x[5] = r1.y + d[5]; x[6] = r1.z + d[6]; x[7] = r1.w + d[7];
 #pragma unroll

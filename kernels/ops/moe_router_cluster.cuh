@@ -143,12 +143,8 @@ __device__ __forceinline__ void moe_router_cluster_block(const LmHeadParams& lg,
         const int v = threadIdx.x + k * kRouterThreads;
 #pragma unroll
         for (int j = 0; j < 8; ++j) y[k][j] = 0.f;
-        if (v < vecs) {
-          if (norm.delta_fixed)  // one block writes the bf16 delta (ranks 0 and 1 have stores of their own)
-            router_residual_add_fixed(norm, row, v, y[k], ss, rank == 2 ? norm.delta_out : nullptr);
-          else
-            router_residual_add(norm, row, v, y[k], ss);
-        }
+        // One block writes a fixed-point delta back as bf16 (ranks 0 and 1 have stores of their own).
+        if (v < vecs) router_residual_add(norm, row, v, y[k], ss, rank == 2 ? norm.delta_out : nullptr);
       }
       const float inv = rsqrtf(block_sum(ss, nscratch) / lg.hidden + norm.eps);
 #pragma unroll

@@ -632,8 +632,7 @@ MoeExperts ForwardPass::layer_experts(int layer, int n) const {
 // blocks cannot share an SM with the 64-block router's (bf16 2.16 against 2.26 ms a step),
 // and with FP8 experts (b1 with the register gate_up: 1.975 against 2.018 ms). Before bf16's
 // register gate_up it lost (2.230 against 2.214 ms).
-bool ForwardPass::router_cluster_launch(int layer, int n) const {
-  const MoeExperts ex = layer_experts(layer, n);
+bool ForwardPass::router_cluster_launch(const MoeExperts& ex, int n) const {
   return ex.type == WeightType::FP8_E4M3_BLOCK || kern::expert_stream_takes(ex, n, spec_.num_experts_per_tok);
 }
 
@@ -642,7 +641,7 @@ bool ForwardPass::router_cluster_launch(int layer, int n) const {
 bool ForwardPass::attn_fixed_sum(int layer, int n) const {
   const ModelSpec& s = spec_;
   return mla_v_up_o_fixed_sum_on() && n == 1 && !rec_ && w_.layers[layer].moe && router_takes_norm(layer, n) &&
-         router_cluster_launch(layer, n) &&
+         router_cluster_launch(layer_experts(layer, n), n) &&
          moe_router_cluster_takes(n, s.hidden_size, s.n_routed_experts, s.n_group, s.num_experts_per_tok);
 }
 
@@ -715,7 +714,7 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
     if (attn_delta) {  // router_takes_norm(layer, n): add + RMSNorm, logits and selection in one launch
       RS_OP("add+rmsnorm + router logits + selection (fused)");
       if (rec_) rec_->router(lg, r, router_counters_.get<int>(), nin);
-      else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin, router_cluster_launch(layer, n));
+      else launch_moe_router_fused(lg, r, router_counters_.get<int>(), stream, &nin, router_cluster_launch(ex, n));
     } else {
       if (rec_) throw MegaUnsupported("a router without the fused norm");
       { RS_OP("router logits (gemv)"); launch_lm_head(lg, stream); }

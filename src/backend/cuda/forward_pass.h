@@ -109,8 +109,8 @@ class ForwardPass {
   bool router_takes_norm(int layer, int n) const;
   // The layer's experts as the MoE launches take them (the shared experts inside where they fit).
   MoeExperts layer_experts(int layer, int n) const;
-  // Whether mlp() launches the cluster router for this layer's router (with the norm).
-  bool router_cluster_launch(int layer, int n) const;
+  // Whether mlp() lets the router of a layer with these experts take the cluster kernel.
+  bool router_cluster_launch(const MoeExperts& ex, int n) const;
   // Whether this layer's attention output goes to the router as fixed-point head sums
   // (mla_v_up_o's MlaVUpOParams::fixed; RS_VUP_O_FIXED=0 keeps the ticket's bf16 sum).
   bool attn_fixed_sum(int layer, int n) const;
