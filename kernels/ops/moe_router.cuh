@@ -48,11 +48,13 @@ __device__ __forceinline__ void router_store_pick(const MoeRouterParams& p, int6
 }
 
 // Compact selection: softmax scoring without groups or bias, at most 64 experts (V2-Lite and the
-// V2-style routers). A lane holds experts lane and lane + 32 in registers; each of the top_k + 1
-// rounds is two redux.sync (the largest score as an order-preserving integer, then the lowest
-// expert index holding it), with no shared memory and no __syncwarp. Why: the general path below
-// cost the batch-1 step ~4.5 us a layer on the H200 (V2-Lite, docs/perf/cuda.md, fourteenth
-// session) for a few hundred instructions; this path took 3.7-4.0% off the bf16 and FP8 steps.
+// V2-style routers). A lane holds experts lane and lane + 32 in registers; each of the top_k
+// rounds (+ 1 for the margin, where margins are recorded) is two redux.sync (the largest score as
+// an order-preserving integer, then the lowest expert index holding it), with no shared memory
+// and no __syncwarp. Why: the general path below cost the batch-1 step ~4.5 us a layer on the
+// H200 (V2-Lite, docs/perf/cuda.md, fourteenth session) for a few hundred instructions; this path
+// took 3.7-4.0% off the bf16 and FP8 steps. Leaving the margin's round out (margins are a
+// diagnostic) took 0.15% off bf16 and 0.2% off FP8 (thirty-first session).
 // Replacing only the general path's argmax rounds by redux rounds was level, so what it saves is
 // the general path's size and its shared-memory round trips, not the rounds' shuffles.
 // Bits: the general path's expf, sums in its order, experts in its order (ties to the lower
@@ -85,7 +87,8 @@ __device__ __forceinline__ void router_select_compact(const MoeRouterParams& p, 
   const float sum = warp_sum(x0 + x1);  // + 0.f for a dead slot: the same bits as skipping it
   unsigned k0 = live0 ? router_order_key(x0 / sum) : 0u;
   unsigned k1 = live1 ? router_order_key(x1 / sum) : 0u;
-  const int rounds = p.top_k < p.experts ? p.top_k + 1 : p.top_k;  // + 1: the margin's next expert
+  // + 1: the margin's next expert, where margins are recorded.
+  const int rounds = p.margins && p.top_k < p.experts ? p.top_k + 1 : p.top_k;
   float wsum = 0.f, last = 0.f, next = 0.f, mine = 0.f;
   int my_e = 0;
   for (int k = 0; k < rounds; ++k) {

@@ -26,7 +26,9 @@ struct MoeRouterParams {
   float routed_scaling = 1.0f;
   int32_t* topk_ids = nullptr;       // [n, top_k]
   float* topk_weights = nullptr;     // [n, top_k]
-  float* margins = nullptr;          // [n] nullable: smallest gap at this token's group/expert cut
+  // [n] nullable: the smallest gap at this token's group/expert cut; null also spares the compact
+  // selection its extra round (moe_router.cuh).
+  float* margins = nullptr;
   // Nullable: the ids and weights again, one copy homed on each L2 side (kernels/common/l2_sides.h).
   int32_t* topk_ids_side[2] = {nullptr, nullptr};
   float* topk_weights_side[2] = {nullptr, nullptr};

@@ -269,6 +269,8 @@ TEST_CASE("cuda backend: every fixture model matches the CPU reference and HF, b
     auto weights = rs::Weights::load(dir, spec);
     auto cpu = rs::make_cpu_backend(spec, *weights, 0);
     auto gpu = rs::make_cuda_backend(spec, *weights);
+    CHECK_THROWS_AS(rs::cuda_last_step_routing_margins(*gpu), rs::Error);  // not recorded by default
+    rs::cuda_record_routing_margins(*gpu, true);
     rs::KvConfig kv;
     kv.block_size = kBlock;
     kv.num_blocks = 128;  // 12 sequences x 8 blocks for the batch-12 decode below

@@ -243,8 +243,9 @@ TEST_CASE("moe router: softmax/sigmoid x greedy/group_limited/noaux_tc select as
 }
 
 // The compact selection (softmax, no groups, <= 64 experts) promises the general path's bits:
-// the same ids in the same order, weights and margins, ties to the lower index. Logits drawn from
-// a few values, so rows carry ties, also across the top-k cut.
+// the same ids in the same order, weights and margins, ties to the lower index; and the same ids
+// and weights without margins (one round fewer). Logits drawn from a few values, so rows carry
+// ties, also across the top-k cut.
 TEST_CASE("moe router: the compact selection gives the general path's ids, weights and margins") {
   if (skip_without_gpu("moe router, compact selection")) return;
   const RouterCase cases[] = {
@@ -253,6 +254,7 @@ TEST_CASE("moe router: the compact selection gives the general path's ids, weigh
       {rs::ScoringFunc::Softmax, rs::TopkMethod::Greedy, 33, 8, 1, 1, 0, true, 2.5, false},
       {rs::ScoringFunc::Softmax, rs::TopkMethod::GroupLimitedGreedy, 20, 1, 1, 1, 0, false, 16.0, false},
       {rs::ScoringFunc::Softmax, rs::TopkMethod::Greedy, 8, 8, 1, 1, 0, true, 1.0, true},
+      {rs::ScoringFunc::Softmax, rs::TopkMethod::Greedy, 64, 31, 1, 1, 0, true, 1.0, false},
   };
   for (const RouterCase& c : cases) {
     const int n = 96;
@@ -261,24 +263,28 @@ TEST_CASE("moe router: the compact selection gives the general path's ids, weigh
     for (size_t i = 0; i < logits.size(); ++i)
       logits[i] = i < size_t(n / 2) * c.E ? std::round(rng.normal(2.0f)) * 0.5f : rng.normal(1.0f);
     Dev<float> dlog(logits), dbias(bias);
-    std::vector<int32_t> ids[2];
-    std::vector<float> wts[2], margins[2];
-    for (int compact = 0; compact < 2; ++compact) {
+    constexpr int kVariants = 3;  // general, compact, compact without margins
+    std::vector<int32_t> ids[kVariants];
+    std::vector<float> wts[kVariants], margins[kVariants];
+    for (int v = 0; v < kVariants; ++v) {
       Dev<float> dwt(size_t(n) * c.k), dmar{size_t(n)};
       Dev<int32_t> dids(size_t(n) * c.k);
       cu::MoeRouterParams p = router_params(c, dlog.ptr, dbias.ptr, n, dids.ptr, dwt.ptr);
-      p.margins = dmar.ptr;
-      p.compact_select = compact == 1;
+      p.margins = v == 2 ? nullptr : dmar.ptr;
+      p.compact_select = v >= 1;
       cu::launch_moe_router(p, 0);
       REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-      ids[compact] = dids.host();
-      wts[compact] = dwt.host();
-      margins[compact] = dmar.host();
+      ids[v] = dids.host();
+      wts[v] = dwt.host();
+      margins[v] = dmar.host();
     }
-    INFO("E " << c.E << " k " << c.k);
-    CHECK(ids[1] == ids[0]);
-    for (size_t i = 0; i < wts[0].size(); ++i) CHECK(std::memcmp(&wts[1][i], &wts[0][i], 4) == 0);
-    for (int t = 0; t < n; ++t) CHECK(std::memcmp(&margins[1][t], &margins[0][t], 4) == 0);
+    for (int v = 1; v < kVariants; ++v) {
+      INFO("E " << c.E << " k " << c.k << " variant " << v);
+      CHECK(ids[v] == ids[0]);
+      for (size_t i = 0; i < wts[0].size(); ++i) CHECK(std::memcmp(&wts[v][i], &wts[0][i], 4) == 0);
+      if (v != 2)
+        for (int t = 0; t < n; ++t) CHECK(std::memcmp(&margins[v][t], &margins[0][t], 4) == 0);
+    }
   }
 }
 

@@ -176,7 +176,15 @@ class CudaBackend final : public Backend {
     return t;
   }
 
+  void record_margins(bool on) {
+    if (pass_->record_margins() == on) return;
+    settle();
+    drop_graphs();  // captured launches hold the margins pointer (or none)
+    pass_->set_record_margins(on);
+  }
   std::vector<float> last_margins() {
+    if (!pass_->record_margins())
+      throw Error("routing margins: not recorded (call cuda_record_routing_margins(backend, true) before the step)");
     RS_CUDA(cudaStreamSynchronize(stream_));
     std::vector<float> out(last_tokens_, INFINITY), m(last_tokens_);
     for (int l = 0; l < spec_.num_hidden_layers; ++l) {
@@ -510,6 +518,8 @@ CudaBackend& cuda_backend_of(Backend& b, const char* what) {
   return *cb;
 }
 }  // namespace
+
+void cuda_record_routing_margins(Backend& b, bool on) { cuda_backend_of(b, "routing margins").record_margins(on); }
 
 std::vector<float> cuda_last_step_routing_margins(Backend& b) {
   return cuda_backend_of(b, "routing margins").last_margins();

@@ -30,6 +30,9 @@ CudaStepTraffic cuda_last_step_traffic(Backend& b);
 // For each row of the last step (rows in batch order, decode sequences first), the smallest gap
 // at any MoE layer's discrete routing choice (group cut or k-th expert) as the GPU router saw it:
 // where it is below bf16 noise, a GPU/CPU difference at that row is a routing flip, not a bug.
+// Recorded only after cuda_record_routing_margins(b, true) (off by default: the margin costs the
+// batch-1 step's router one more selection round); otherwise it throws rs::Error.
+void cuda_record_routing_margins(Backend& b, bool on);
 std::vector<float> cuda_last_step_routing_margins(Backend& b);
 // The batch-1 decode megakernel (kernels/mega/): whether the backend's one-token decode steps
 // run on it, and if not, why ("" before the first one-token decode step).

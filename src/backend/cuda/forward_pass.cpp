@@ -687,7 +687,7 @@ void ForwardPass::mlp(int layer, int n, cudaStream_t stream, const __nv_bfloat16
   int32_t* ids = const_cast<int32_t*>(topk_ids(layer));
   r.topk_ids = ids;
   r.topk_weights = topk_w_.get<float>();
-  r.margins = route_margins_.get<float>() + size_t(layer) * cap_.tokens;
+  r.margins = record_margins_ ? route_margins_.get<float>() + size_t(layer) * cap_.tokens : nullptr;
   r.compact_select = compact_router_selection();
   const MoeWorkspace mws{moe_ws_.get(), moe_ws_.bytes()};
   RouterNormIn nin;

@@ -71,6 +71,11 @@ class ForwardPass {
   const int32_t* resolved_ids() const { return resolved_ids_.get<int32_t>(); }
   const int32_t* topk_ids(int layer) const;
   const float* route_margins(int layer) const;  // [rows of the last step], MoE layers only
+  // Whether the routers record their margins (route_margins): a diagnostic, off by default, since
+  // the margin costs the compact selection one more round on the batch-1 step's critical path.
+  // Takes effect for launches recorded after the call (the caller drops captured graphs).
+  void set_record_margins(bool on) { record_margins_ = on; }
+  bool record_margins() const { return record_margins_; }
   int decode_splits(int rows) const;
   // The batch-1 megakernel: whether the last run(1) used it, and why not where it could not.
   bool megakernel_active() const { return mega_ != nullptr; }
@@ -142,6 +147,7 @@ class ForwardPass {
   DeviceBuffer residual_, xn_, qa_, q_, kva_, qabs_, olat_, attn_v_, attn_out_;
   DeviceBuffer g_, u_, act_, mlp_out_, shared_out_, topk_ids_, topk_w_, part_o_, part_lse_;
   DeviceBuffer lat_, pe_, kvexp_, logits_, linear_ws_, moe_ws_, router_logits_, route_margins_;
+  bool record_margins_ = false;
   // One token's fused merge + W_UV + o_proj: per-head o_proj partials, and a counter per row
   // chunk, left zero by the kernel.
   DeviceBuffer vupo_partials_, vupo_counters_;
