@@ -181,7 +181,7 @@ __device__ __forceinline__ void moe_router_select_warp(const MoeRouterParams& p,
       if (lane == 0) { gkeep[g] = 1; gscore[g] = -INFINITY; }
       __syncwarp();
     }
-    if (p.topk_group < p.n_group) group_margin = last_kept - gscore[warp_argmax(gscore, p.n_group)];
+    if (p.margins && p.topk_group < p.n_group) group_margin = last_kept - gscore[warp_argmax(gscore, p.n_group)];
     __syncwarp();
     // HF masks the other groups with 0.0, not -inf (the CPU reference does the same).
     for (int e = lane; e < p.experts; e += 32)
@@ -198,7 +198,9 @@ __device__ __forceinline__ void moe_router_select_warp(const MoeRouterParams& p,
     wsum += score[e];
     __syncwarp();
   }
-  const float expert_margin = p.top_k < p.experts ? last_choice - choice[warp_argmax(choice, p.experts)] : INFINITY;
+  // The margins' extra argmax rounds only where margins are recorded (as in the compact path).
+  const float expert_margin =
+      p.margins && p.top_k < p.experts ? last_choice - choice[warp_argmax(choice, p.experts)] : INFINITY;
   for (int k = lane; k < p.top_k; k += 32) {
     float w = score[sel[k]];
     if (p.normalize) w /= wsum + 1e-20f;

@@ -26,8 +26,8 @@ struct MoeRouterParams {
   float routed_scaling = 1.0f;
   int32_t* topk_ids = nullptr;       // [n, top_k]
   float* topk_weights = nullptr;     // [n, top_k]
-  // [n] nullable: the smallest gap at this token's group/expert cut; null also spares the compact
-  // selection its extra round (moe_router.cuh).
+  // [n] nullable: the smallest gap at this token's group/expert cut; null also spares both
+  // selections (moe_router.cuh) their extra rounds for it.
   float* margins = nullptr;
   // Nullable: the ids and weights again, one copy homed on each L2 side (kernels/common/l2_sides.h).
   int32_t* topk_ids_side[2] = {nullptr, nullptr};
