@@ -54,19 +54,6 @@ __device__ __forceinline__ void mma_f16_16816(float (&c)[4], uint32_t a0, uint32
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// D += A B for e4m3 operands (sm_89+): A 16x32 row-major, four e4m3 a register: a0 row lane/4,
-// k = 4*(lane%4)..+3; a1 the same k of row lane/4 + 8; a2, a3 those rows at k + 16. B 32x8
-// column-major: b0 column lane/4, k = 4*(lane%4)..+3; b1 at k + 16. D as mma_bf16_16816's.
-// Not volatile: a pure function of its registers, so the compiler may move loads across it.
-__device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                               uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // The A fragment as ldmatrix_x4 loads it.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {

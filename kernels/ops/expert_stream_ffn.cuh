@@ -34,7 +34,6 @@
 #include "kernels/common/grid_count.cuh"
 #include "kernels/common/l2_sides.h"
 #include "kernels/ops/expert_stream.cuh"
-#include "kernels/ops/expert_stream_mma.cuh"
 #include "kernels/ops/expert_stream_route.cuh"
 
 namespace rs::kern {
@@ -114,12 +113,10 @@ __device__ __forceinline__ void xs_down_rows(const ExpertGemvParams& p, const ui
 // h[slot] = silu(gate_slot . x) * (up_slot . x), for the register down kernel. kRoute: the router
 // runs inside the launch (expert_stream_route.cuh) from rt, x being its norm's output; otherwise
 // p.x and the routing are the previous kernels'. sync: kXsSyncWords zeroed counters (see the top
-// of the file), words 2-3 the router's. kMma: the FP8 gate_up alone on the tensor cores
-// (expert_stream_mma.cuh).
-template <bool kFp8, int S, bool kDown, bool kRoute, bool kMma = false>
+// of the file), words 2-3 the router's.
+template <bool kFp8, int S, bool kDown, bool kRoute>
 __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, const ExpertStreamGeom& g, uint8_t* smem,
                                                  unsigned* sync, const ExpertRouteParams& rt) {
-  static_assert(!kMma || (kFp8 && !kDown && !kRoute && S == kXsStages), "the tensor-core gate_up: FP8, alone");
   __shared__ BulkRing<S> ring;
   __shared__ SmallRouting sr;
   __shared__ XsSlotMatrices mats_smem;
@@ -200,8 +197,7 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
     xs_slot_matrices(p, sr, ns, ns + sr.n_active, kParts, mats);
     if (producer && lane == 0)
       for (; issued < first; ++issued) issue(issued, true);
-    if constexpr (kMma) xs_stage_x_e4m3(p, x, smem + g.act_offset);
-    else x_scale = xs_stage_x<kFp8>(p, x, smem + g.act_offset, amax_scratch);
+    x_scale = xs_stage_x<kFp8>(p, x, smem + g.act_offset, amax_scratch);
     __syncthreads();
   }
   issued = first;  // every lane of the producer warp, which waits on the ring as one below
@@ -215,21 +211,14 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
     }
     return;
   }
-  int k0 = 0;  // rows (tiles with kMma) of the earlier stages: row q of this stage is the block's row k0 + q
+  int k0 = 0;  // rows of the earlier stages: row q of this stage is the block's row k0 + q
   for (uint32_t i = 0; i < gu.stages; ++i) {
     const XsStage st = xs_stage(i, gu);
     ring.wait_full(i);
-    if constexpr (kMma) {
-      if (xs_slot_active(p, sr, st.slot))
-        xs_gate_up_mma(p, smem + static_cast<size_t>(ring.stage(i)) * g.stage_bytes, st, k0, mats[st.slot],
-                       xs_mma_act(smem + g.act_offset, hidden), gu_row_bytes);
-      k0 += (st.cnt + 7) / 8;  // tiles, not rows
-    } else {
-      if (xs_slot_active(p, sr, st.slot))
-        xs_gate_up_rows<kFp8>(p, smem + static_cast<size_t>(ring.stage(i)) * g.stage_bytes, st, k0, mats[st.slot],
-                              smem + g.act_offset, x_scale, gu_row_bytes);
-      k0 += st.cnt;
-    }
+    if (xs_slot_active(p, sr, st.slot))
+      xs_gate_up_rows<kFp8>(p, smem + static_cast<size_t>(ring.stage(i)) * g.stage_bytes, st, k0, mats[st.slot],
+                            smem + g.act_offset, x_scale, gu_row_bytes);
+    k0 += st.cnt;
     __syncwarp();
     if (lane == 0) ring.release(i);
   }

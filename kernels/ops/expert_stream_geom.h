@@ -9,12 +9,6 @@ constexpr int kXsConsumerWarps = 16;
 constexpr int kXsThreads = (kXsConsumerWarps + 1) * 32;  // + one producer warp
 constexpr int kXsStages = 4;
 
-// The FP8 tensor-core gate_up (expert_stream_mma.cuh): x's e4m3 parts in 128-column blocks, at
-// most kXsMmaMaxKBlocks of them; its act region holds x's hi and lo bytes and each block's scale.
-constexpr int kXsMmaBlockCols = 128;
-constexpr int kXsMmaMaxKBlocks = 64;
-constexpr uint32_t xs_mma_act_bytes(int hidden) { return 2u * static_cast<uint32_t>(hidden) + 4u * kXsMmaMaxKBlocks; }
-
 struct ExpertStreamGeom {
   int slots = 0;             // n_shared + top_k (one token)
   int rows_per_stage = 0;    // intermediate rows of one slot
@@ -28,9 +22,6 @@ struct ExpertStreamGeom {
   // The router in the launch: the consumer warps other than warp 0 start on the shared stages
   // while warp 0 finds the routing (on unless RS_XS_ROUTE_OVERLAP=0; off, they wait for it).
   int route_overlap = 0;
-  // FP8 gate_up on the tensor cores (expert_stream_mma.cuh; the launch's template picks it, this
-  // records the geometry it was sized for).
-  int fp8_mma = 0;
   // Once the ring's first stages are out, at most this many stages in flight (BulkRing::acquire's
   // in_flight; 0: the whole ring), so the SM's own dependent loads (the grid-wide wait's counter,
   // h) queue behind fewer bytes.

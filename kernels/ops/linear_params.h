@@ -36,10 +36,6 @@ struct MoeExperts {
   // load on the critical path between the routing and the first weight byte. 0: read the arrays.
   int64_t stride = 0;
   DeviceMatrix first[3];  // expert 0's gate, up, down
-  // FP8: the block_cols of every routed expert matrix where they all have the same (set by the
-  // loader), 0 otherwise: kernels that need one known block width (the tensor-core gate_up) take
-  // their other path where it is 0.
-  int fp8_block_cols = 0;
   // Shared experts run inside the routed-expert kernels (optional; matmul room, additive):
   // n_shared always-selected experts of width `inter` and weight 1, stored as HF's concatenated
   // shared MLP: shared_gate / shared_up [n_shared * inter, hidden], shared_down

@@ -69,12 +69,12 @@ uint64_t g_down_spec_launches = 0;  // tests: that the speculative down ran wher
 // ranks have their own.
 __device__ unsigned g_xs_sync[kXsSyncWords];
 
-template <bool kFp8, bool kRoute, bool kMma>
+template <bool kFp8, bool kRoute>
 __global__ void __launch_bounds__(kXsThreads, 1)
     expert_stream_gate_up_kernel(const __grid_constant__ ExpertGemvParams p, const __grid_constant__ ExpertStreamGeom g,
                                  const __grid_constant__ ExpertRouteParams rt) {
   extern __shared__ __align__(128) uint8_t xs_smem[];
-  expert_stream_op<kFp8, kXsStages, false, kRoute, kMma>(p, g, xs_smem, g_xs_sync, rt);
+  expert_stream_op<kFp8, kXsStages, false, kRoute>(p, g, xs_smem, g_xs_sync, rt);
 }
 
 template <bool kFp8, bool kRoute>
@@ -184,11 +184,6 @@ constexpr uint32_t kXsSmemBudget = 216 * 1024;  // + the kernel's static shared 
 constexpr uint32_t kXsPrewaitBytes = 96 * 1024;
 const int g_route_overlap = env_int("RS_XS_ROUTE_OVERLAP", 1, 0, 1);
 const int g_inflight = env_int("RS_XS_INFLIGHT", -1, -1, kXsStages - 1);  // -1: the default below
-// One FP8 token's streamed gate_up on the tensor cores where the shapes allow
-// (expert_stream_mma.cuh; set_xs_fp8_mma, environment RS_XS_FP8_MMA=0 starts off): x in e4m3
-// hi/lo parts, 128-column weight blocks. Off, the CUDA-core rows (xs_gate_up_rows).
-int g_xs_fp8_mma = env_int("RS_XS_FP8_MMA", 1, 0, 1);
-uint64_t g_xs_fp8_mma_launches = 0;  // tests: that the tensor-core gate_up ran where it should
 
 uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
 
@@ -197,22 +192,8 @@ uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
 // false where the streaming kernel does not take them (more than one token, shapes that do not
 // fit it).
 // route_act: the in-launch router's bytes at act_offset (expert_stream_route.cuh), or 0.
-// The tensor-core gate_up takes these experts (one token, no router in the launch): FP8 with
-// 128-column blocks everywhere (routed and shared), x of whole blocks that xs_stage_x_e4m3 stages
-// from its registers.
-bool xs_fp8_mma_fits(const rs::cuda::MoeExperts& experts) {
-  const int hidden = experts.hidden;
-  if (!g_xs_fp8_mma || experts.type != rs::cuda::WeightType::FP8_E4M3_BLOCK) return false;
-  if (experts.fp8_block_cols != kXsMmaBlockCols || hidden % kXsMmaBlockCols) return false;
-  if (hidden / kXsMmaBlockCols > kXsMmaMaxKBlocks || hidden / 8 > kXsXVecs * kXsThreads) return false;
-  if (experts.n_shared > 0 && (experts.shared_gate.block_cols != kXsMmaBlockCols ||
-                               experts.shared_up.block_cols != kXsMmaBlockCols))
-    return false;
-  return true;
-}
-
 bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_k, ExpertStreamGeom& g,
-                            bool ffn = false, uint32_t route_act = 0, bool mma = false) {
+                            bool ffn = false, uint32_t route_act = 0) {
   const bool fp8 = experts.type == rs::cuda::WeightType::FP8_E4M3_BLOCK;
   const int64_t esize = fp8 ? 1 : 2, E = fp8 ? 16 : 8;
   const int64_t hidden = experts.hidden, inter = experts.inter;
@@ -222,8 +203,7 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   // Stages of whole gate/up row pairs of one slot; x (bf16, or f16 for FP8) after the ring, and
   // for the FFN every slot's h (bf16, or f16) in the same place once x is dead.
   const int64_t pair = 2 * hidden * esize;
-  int64_t act = std::max<int64_t>(std::max<int64_t>(hidden * 2, route_act), ffn ? int64_t(slots) * inter * 2 : 0);
-  if (mma) act = std::max<int64_t>(act, xs_mma_act_bytes(static_cast<int>(hidden)));
+  const int64_t act = std::max<int64_t>(std::max<int64_t>(hidden * 2, route_act), ffn ? int64_t(slots) * inter * 2 : 0);
   if (act >= kXsSmemBudget) return false;
   const uint32_t act_bytes = align128(static_cast<uint32_t>(act));
   const int64_t rows = std::min<int64_t>((kXsSmemBudget - act_bytes) / kXsStages / pair, inter);
@@ -236,16 +216,15 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   g.prewait_stages = static_cast<int>(std::max<uint32_t>(1u, kXsPrewaitBytes / g.stage_bytes));
   g.down_rows_per_stage = ffn ? static_cast<int>(g.stage_bytes / (inter * esize)) : 0;
   g.route_overlap = g_route_overlap;
-  g.fp8_mma = mma;
   g.inflight_stages = g_inflight >= 0 ? g_inflight : (ffn ? 2 : 0);
   if (ffn && g.down_rows_per_stage < 1) return false;
   return true;
 }
 
-template <bool kFp8, bool kRoute, bool kMma = false>
+template <bool kFp8, bool kRoute>
 bool launch_expert_stream_gate_up(const ExpertGemvParams& p, const ExpertStreamGeom& g, int sm_count, cudaStream_t s,
                                   const ExpertRouteParams& rt = {}) {
-  auto* gate_up = expert_stream_gate_up_kernel<kFp8, kRoute, kMma>;
+  auto* gate_up = expert_stream_gate_up_kernel<kFp8, kRoute>;
   const bool smem_ok = allow_dynamic_smem(gate_up, static_cast<int>(g.smem_bytes));  // unrouted: a refusal shows as the launch's error
   // The router's grid-wide count needs every block resident: one an SM, no more than SMs.
   if (kRoute && (!smem_ok || resident_blocks_exact(gate_up, kXsThreads, g.smem_bytes) < 1)) return false;
@@ -340,16 +319,8 @@ void small_mt(const ExpertGemvParams& p, int sm_count, cudaStream_t s) {
   if (MT == 1 && g_expert_stream && g_expert_ffn >= (kFp8 ? 2 : 1) &&
       launch_expert_stream_ffn<kFp8, false>(p, sm_count, s, {}, 0, sided_in))
     return;
-  const bool mma = kFp8 && MT == 1 && xs_fp8_mma_fits(p.experts);
-  if (MT == 1 && g_expert_stream && expert_stream_geometry(p.experts, p.m, p.top_k, g, false, 0, mma)) {
+  if (MT == 1 && g_expert_stream && expert_stream_geometry(p.experts, p.m, p.top_k, g)) {
     xs_sided(p, g, sided_in, false);
-    if constexpr (kFp8) {
-      if (mma) {
-        ++g_xs_fp8_mma_launches;
-        launch_expert_stream_gate_up<kFp8, false, true>(p, g, sm_count, s);
-        return register_parts<kFp8, MT>(p, sm_count, s, 2u);
-      }
-    }
     launch_expert_stream_gate_up<kFp8, false>(p, g, sm_count, s);
     return register_parts<kFp8, MT>(p, sm_count, s, 2u);
   }
@@ -411,9 +382,6 @@ void set_expert_ffn(int mode) { g_expert_ffn = mode; }
 void set_down_spec(int mode) { g_down_spec = mode; }
 void set_xs_l2_sides(bool on) { g_xs_l2_sides = on; }
 void set_xs_l2_inputs(bool on) { g_xs_l2_inputs = on; }
-void set_xs_fp8_mma(bool on) { g_xs_fp8_mma = on; }
-bool xs_fp8_mma() { return g_xs_fp8_mma; }
-uint64_t xs_fp8_mma_launches() { return g_xs_fp8_mma_launches; }
 int down_spec() { return g_down_spec; }
 uint64_t down_spec_launches() { return g_down_spec_launches; }
 uint64_t xs_l2_input_launches() { return g_xs_l2_input_launches; }

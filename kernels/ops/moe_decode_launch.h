@@ -64,14 +64,6 @@ void set_xs_l2_sides(bool on);
 void set_xs_l2_inputs(bool on);
 // Streamed expert launches that read those copies so far in this process (tests).
 uint64_t xs_l2_input_launches();
-// One FP8 token's streamed gate_up on the tensor cores (kernels/ops/expert_stream_mma.cuh: x as
-// e4m3 hi and lo parts, weights straight from the ring into mma.sync) where the experts have
-// 128-column blocks (on by default; environment RS_XS_FP8_MMA=0 starts off); off, the CUDA-core
-// rows. Not the same bits as the register kernels: tests compare it with the fp64 reference.
-void set_xs_fp8_mma(bool on);
-bool xs_fp8_mma();
-// Launches of that gate_up so far in this process (tests: that it is the path taken).
-uint64_t xs_fp8_mma_launches();
 // Whether moe_experts() runs m tokens of `experts` (its shared experts folded in as set) with the
 // streaming gate_up: the forward pass picks the router in front of it by this.
 bool expert_stream_takes(const rs::cuda::MoeExperts& experts, int m, int top_k);

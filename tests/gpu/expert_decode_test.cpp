@@ -119,11 +119,7 @@ void compare_routed(WeightType type, Shape sh, RouterCfg rc, uint64_t seed, int 
   DeviceBuf<int> counters(1);
   cuda_ok(cudaMemset(counters.ptr, 0, sizeof(int)), "zero counters");
   const int ffn_mode = rs::kern::expert_ffn(), route_mode = rs::kern::route_in_experts();
-  const bool mma_mode = rs::kern::xs_fp8_mma();
   rs::kern::set_route_in_experts(2);
-  // The router inside the launch keeps the CUDA-core gate_up; bits are compared with moe_experts'
-  // on the same path (the tensor-core gate_up has its own test in compare_stream_paths).
-  rs::kern::set_xs_fp8_mma(false);
   // Measured here (as the backend does when it starts), so that the cluster router writes its
   // copies of x and the routing on each L2 side where the part has two.
   const bool sides = rs::kern::l2_sides().valid;
@@ -216,7 +212,6 @@ void compare_routed(WeightType type, Shape sh, RouterCfg rc, uint64_t seed, int 
   rs::kern::set_xs_l2_inputs(true);
   rs::kern::set_expert_ffn(ffn_mode);
   rs::kern::set_route_in_experts(route_mode);
-  rs::kern::set_xs_fp8_mma(mma_mode);
 }
 
 }  // namespace
@@ -363,22 +358,15 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
     // Whole FFN streamed, streamed gate_up (then the register down: FP8 one token with its
     // routing read on speculation, right, wrong, and after the wait), register kernels.
     // Path 5: the whole FFN again with one grid-wide counter instead of a copy on each L2 side.
-    // Path 6: the streamed gate_up with the FP8 tensor-core gate_up off (the CUDA-core rows).
-    std::vector<uint16_t> got[7];
+    std::vector<uint16_t> got[6];
     const int spec_mode = rs::kern::down_spec();
-    const bool mma_mode = rs::kern::xs_fp8_mma();
-    // Where the FP8 gate_up takes the tensor cores (paths 1-3), its h differs from the register
-    // kernels' in the last bits: those paths are checked against the reference and each other.
-    const bool mma = type != WeightType::BF16 && mma_mode && sh.hidden % 128 == 0 && sh.hidden <= 8192;
-    for (int path = 0; path < 7; ++path) {
+    for (int path = 0; path < 6; ++path) {
       rs::kern::set_expert_stream(path != 4);
       rs::kern::set_expert_ffn(path == 0 || path == 5 ? 2 : 0);
       rs::kern::set_xs_l2_sides(path != 5);
       rs::kern::set_down_spec(path == 2 ? 2 : path == 3 ? 0 : 1);
-      rs::kern::set_xs_fp8_mma(mma_mode && path != 6);
       out.poison();
       const uint64_t spec_before = rs::kern::down_spec_launches();
-      const uint64_t mma_before = rs::kern::xs_fp8_mma_launches();
       rs::cuda::moe_experts(f.experts, reinterpret_cast<const __nv_bfloat16*>(x.ptr), 1, sh.top_k, dids.ptr, dw.ptr,
                             reinterpret_cast<__nv_bfloat16*>(out.ptr), {ws.ptr, ws_bytes}, nullptr);
       cuda_ok(cudaDeviceSynchronize(), "moe_experts");
@@ -387,30 +375,22 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
       if (type != WeightType::BF16 && (path == 1 || path == 2 || path == 4))
         CHECK(rs::kern::down_spec_launches() == spec_before + 1);
       if (path == 0 || path == 3 || path == 5) CHECK(rs::kern::down_spec_launches() == spec_before);
-      // The tensor-core gate_up is what ran where it fits (not a silent fallback), and only there.
-      CHECK(rs::kern::xs_fp8_mma_launches() == mma_before + (mma && path >= 1 && path <= 3 ? 1 : 0));
     }
     rs::kern::set_xs_l2_sides(true);
     rs::kern::set_expert_stream(true);
     rs::kern::set_expert_ffn(ffn_mode);
     rs::kern::set_down_spec(spec_mode);
-    rs::kern::set_xs_fp8_mma(mma_mode);
-    const auto ref = f.reference(1, xh, ids, w);
-    const auto st = relative_error(got[0], ref), st1 = relative_error(got[1], ref);
+    const auto st = relative_error(got[0], f.reference(1, xh, ids, w));
     INFO((type == WeightType::BF16 ? "bf16" : "fp8") << " hidden=" << sh.hidden << " inter=" << sh.inter
                                                      << " n_shared=" << sh.n_shared << " invalid=" << with_invalid
-                                                     << " call " << c << " rel=" << st.rel << " tensor-core gate_up "
-                                                     << mma << " rel=" << st1.rel);
+                                                     << " call " << c << " rel=" << st.rel);
     CHECK(st.nan == 0);
     CHECK(st.rel <= kTolerance);
-    CHECK(st1.nan == 0);
-    CHECK(st1.rel <= kTolerance);
+    CHECK(got[0] == got[1]);
     CHECK(got[1] == got[2]);
     CHECK(got[1] == got[3]);
+    CHECK(got[1] == got[4]);
     CHECK(got[0] == got[5]);
-    CHECK(got[6] == got[4]);
-    CHECK(got[0] == got[4]);
-    if (!mma) CHECK(got[1] == got[4]);
   }
 }
 
@@ -452,11 +432,6 @@ TEST_CASE("streaming expert kernels (one token: the whole FFN, or gate_up) give 
     compare_stream_paths(type, {8, 2048, 1408, 6, 2}, seed++, false, 5);
     // More than 16 down rows a block on a 132-SM part (two rows for some consumer warps).
     compare_stream_paths(type, {12, 4112, inter, 4, 2}, seed++, false);
-    // Whole 128-column blocks for the FP8 tensor-core gate_up: one tile a stage with more parts
-    // than blocks (hidden 256), four tiles a stage (31 rows a slot), 24 blocks.
-    compare_stream_paths(type, {12, 256, 256, 4, 2}, seed++, true);
-    compare_stream_paths(type, {12, 256, 4096, 4, 1}, seed++, false);
-    compare_stream_paths(type, {12, 3072, 256, 4, 1}, seed++, false);
   }
   // A grid of 64 blocks (inter 64), fewer than the SMs.
   compare_stream_paths(WeightType::BF16, {12, 272, 64, 4, 2}, seed++, false, 3);

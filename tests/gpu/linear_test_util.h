@@ -102,7 +102,6 @@ struct DeviceExpertTables {
     e.up = up.ptr;
     e.down = down.ptr;
     e.type = type;
-    e.fp8_block_cols = type == rs::cuda::WeightType::FP8_E4M3_BLOCK ? 128 : 0;  // TestMatrix's blocks
     return e;
   }
 };

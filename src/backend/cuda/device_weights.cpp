@@ -336,11 +336,6 @@ void build(const ModelSpec& spec, Builder& b, DeviceWeights& dw) {
     L.experts.up = arr ? arr + E : nullptr;
     L.experts.down = arr ? arr + 2 * E : nullptr;
     L.experts.type = host[0].type;
-    if (L.experts.type == WeightType::FP8_E4M3_BLOCK) {
-      L.experts.fp8_block_cols = host[0].block_cols;
-      for (const DeviceMatrix& w : host)
-        if (w.block_cols != host[0].block_cols) L.experts.fp8_block_cols = 0;
-    }
     if (arr) {
       L.experts.stride = uniform_expert_stride(host, E);
       for (int k = 0; k < 3; ++k) L.experts.first[k] = host[size_t(k) * E];
