@@ -106,10 +106,11 @@ __device__ __forceinline__ int fp8_scale_col(int64_t c, int block_cols) {
 // |w| <= 448 and |x| < 8: below 28672, inside f16's 65504), then one conversion of the two
 // halves to fp32. The f16 partial rounds to 11 bits per product over 8 products (~1e-3
 // relative of a 16-element partial); the partials are summed in fp32 as before.
-__device__ __forceinline__ float dot16_e4m3_f16(const uint4& w, const uint4& x0, const uint4& x1) {
+// The 16 products added to acc in f16 (dot16_e4m3_f16 without its conversion): a caller may add
+// two chunks into one accumulator, 16 products a half-lane, below 16 x 448 x 8 = 57344 < 65504.
+__device__ __forceinline__ __half2 dot16_e4m3_f16_acc(const uint4& w, const uint4& x0, const uint4& x1, __half2 acc) {
   const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
   const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-  __half2 acc = __float2half2_rn(0.f);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(ws[q] & 0xffffu), __NV_E4M3);
@@ -117,8 +118,14 @@ __device__ __forceinline__ float dot16_e4m3_f16(const uint4& w, const uint4& x0,
     acc = __hfma2(*reinterpret_cast<__half2*>(&lo), *reinterpret_cast<const __half2*>(&xs[2 * q]), acc);
     acc = __hfma2(*reinterpret_cast<__half2*>(&hi), *reinterpret_cast<const __half2*>(&xs[2 * q + 1]), acc);
   }
-  const float2 f = __half22float2(acc);
+  return acc;
+}
+__device__ __forceinline__ float half2_sum(__half2 h) {
+  const float2 f = __half22float2(h);
   return f.x + f.y;
+}
+__device__ __forceinline__ float dot16_e4m3_f16(const uint4& w, const uint4& x0, const uint4& x1) {
+  return half2_sum(dot16_e4m3_f16_acc(w, x0, x1, __float2half2_rn(0.f)));
 }
 
 // Two fp32 -> packed bf16x2 (round to nearest even), low half = a.

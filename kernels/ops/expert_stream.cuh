@@ -19,7 +19,8 @@
 // the down inside the same launch is what gained (expert_stream_ffn.cuh).
 //
 // The arithmetic is the register kernel's in the same order (each lane's chunks lane, lane + 32,
-// ..., warp sums), so both give the same bits. Block b owns intermediate rows
+// ..., warp sums), so both give the same bits, except FP8 rows of whole 64-column groups
+// (xs_gate_up_rows says why they differ). Block b owns intermediate rows
 // [b*inter/G, (b+1)*inter/G) of every slot; a stage is up to rows_per_stage of them from one
 // slot, its gate rows then its up rows; the k-th row of the block's stages goes to warp k % 16
 // and writes h[slot][row] = silu(g) * u. Slots past n_shared + n_active (an invalid or repeated
@@ -194,7 +195,11 @@ __device__ __forceinline__ float xs_stage_x(const ExpertGemvParams& p, const XsX
 // A consumer warp's rows of one landed gate_up stage (st of a slot whose matrices are m): row q
 // of the stage is the block's row k0 + q and goes to warp (k0 + q) % 16; writes
 // h[slot][row] = silu(g) * u. The register kernel's arithmetic in its order: each lane's chunks
-// lane, lane + 32, ..., then the warp sums.
+// lane, lane + 32, ..., then the warp sums; but FP8 rows of whole 64-column groups (V2-Lite's and
+// V3's) take four consecutive chunks a lane, one block scale a group and two f16 partials, which
+// cut the FP8 step 1.5% (H200, V2-Lite b1, 1.496-1.498 against 1.520 ms; gate_up advance 16.38
+// against 16.90 us): the FP8 consumers are bound by issued instructions (docs/perf/cuda.md,
+// thirty-first and thirty-second sessions).
 template <bool kFp8>
 __device__ __forceinline__ void xs_gate_up_rows(const ExpertGemvParams& p, const uint8_t* stage, const XsStage& st,
                                                 int k0, const rs::cuda::DeviceMatrix (&m)[3], const uint8_t* act,
@@ -210,13 +215,42 @@ __device__ __forceinline__ void xs_gate_up_rows(const ExpertGemvParams& p, const
     if constexpr (kFp8) {
       const WeightRow rg = weight_row(m[0], row, true), ru = weight_row(m[1], row, true);
       const __half* xh = reinterpret_cast<const __half*>(act);
-      const int bc = m[0].block_cols;
+      const int bc = m[0].block_cols, bu = m[1].block_cols;
+      if (nch % 4 == 0 && bc % 64 == 0 && bu % 64 == 0) {
+        // Four consecutive chunks a lane (64 columns, inside one scale block): one block scale a
+        // row and group instead of one a chunk, and two f16 partials (two chunks each) converted
+        // and scaled instead of four. The lane's chunks in a rotated order, (v + lane / 2) % 4,
+        // so a quarter-warp's eight 16-byte weight loads land in eight different bank groups.
+        const int rot = lane >> 1;
+        for (int64_t q4 = lane; q4 < nch / 4; q4 += 32) {
+          const float sg = __ldg(rg.scale + fp8_scale_col(q4 * 4, bc));
+          const float su = __ldg(ru.scale + fp8_scale_col(q4 * 4, bu));
+          __half2 g0 = __float2half2_rn(0.f), g1 = g0, u0 = g0, u1 = g0;
+#pragma unroll
+          for (int v = 0; v < 4; ++v) {
+            const int64_t c = q4 * 4 + ((v + rot) & 3);
+            const uint4 x0 = *reinterpret_cast<const uint4*>(xh + c * 16);
+            const uint4 x1 = *reinterpret_cast<const uint4*>(xh + c * 16 + 8);
+            const uint4 wgc = reinterpret_cast<const uint4*>(wg)[c], wuc = reinterpret_cast<const uint4*>(wu)[c];
+            if (v < 2) {
+              g0 = dot16_e4m3_f16_acc(wgc, x0, x1, g0);
+              u0 = dot16_e4m3_f16_acc(wuc, x0, x1, u0);
+            } else {
+              g1 = dot16_e4m3_f16_acc(wgc, x0, x1, g1);
+              u1 = dot16_e4m3_f16_acc(wuc, x0, x1, u1);
+            }
+          }
+          pg = fmaf(sg, half2_sum(g0) + half2_sum(g1), pg);
+          pu = fmaf(su, half2_sum(u0) + half2_sum(u1), pu);
+        }
+      } else {
 #pragma unroll 4
-      for (int64_t c = lane; c < nch; c += 32) {
-        const uint4 x0 = *reinterpret_cast<const uint4*>(xh + c * 16);
-        const uint4 x1 = *reinterpret_cast<const uint4*>(xh + c * 16 + 8);
-        pg = fmaf(__ldg(rg.scale + fp8_scale_col(c, bc)), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wg)[c], x0, x1), pg);
-        pu = fmaf(__ldg(ru.scale + fp8_scale_col(c, bc)), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wu)[c], x0, x1), pu);
+        for (int64_t c = lane; c < nch; c += 32) {
+          const uint4 x0 = *reinterpret_cast<const uint4*>(xh + c * 16);
+          const uint4 x1 = *reinterpret_cast<const uint4*>(xh + c * 16 + 8);
+          pg = fmaf(__ldg(rg.scale + fp8_scale_col(c, bc)), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wg)[c], x0, x1), pg);
+          pu = fmaf(__ldg(ru.scale + fp8_scale_col(c, bu)), dot16_e4m3_f16(reinterpret_cast<const uint4*>(wu)[c], x0, x1), pu);
+        }
       }
     } else {
 #pragma unroll 4

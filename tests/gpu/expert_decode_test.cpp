@@ -389,8 +389,14 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
     CHECK(got[0] == got[1]);
     CHECK(got[1] == got[2]);
     CHECK(got[1] == got[3]);
-    CHECK(got[1] == got[4]);
     CHECK(got[0] == got[5]);
+    // FP8 rows of whole 64-column groups: the streamed gate_up sums each lane's four chunks in its
+    // own order (xs_gate_up_rows), not the register kernel's; the register path is then held to
+    // the reference alone.
+    const auto st4 = relative_error(got[4], f.reference(1, xh, ids, w));
+    CHECK(st4.nan == 0);
+    CHECK(st4.rel <= kTolerance);
+    if (type == WeightType::BF16 || sh.hidden % 64 != 0) CHECK(got[1] == got[4]);
   }
 }
 
@@ -432,6 +438,8 @@ TEST_CASE("streaming expert kernels (one token: the whole FFN, or gate_up) give 
     compare_stream_paths(type, {8, 2048, 1408, 6, 2}, seed++, false, 5);
     // More than 16 down rows a block on a 132-SM part (two rows for some consumer warps).
     compare_stream_paths(type, {12, 4112, inter, 4, 2}, seed++, false);
+    // FP8 rows of 64-column groups with more than one group a lane (hidden 3072: 48 groups).
+    compare_stream_paths(type, {12, 3072, inter, 4, 1}, seed++, false);
   }
   // A grid of 64 blocks (inter 64), fewer than the SMs.
   compare_stream_paths(WeightType::BF16, {12, 272, 64, 4, 2}, seed++, false, 3);
