@@ -14,5 +14,6 @@ void add_bench(CLI::App& app) {
   bench::add_serve(*bench);
   bench::add_boundary(*bench);
   bench::add_fanout(*bench);
+  bench::add_wgmma(*bench);
 }
 }  // namespace rs::cli
