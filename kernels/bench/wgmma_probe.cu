@@ -6,7 +6,10 @@
 // of the row as two 16-byte words; word s of the first is k = 4t..4t+3 of step s (A's a0 / a1
 // registers), word s of the second k = 16 + 4t.. (a2 / a3). B for step s is two core matrices
 // (k 0-15, 16-31) of 8 columns x 16 bytes, column n's byte 4t + i of the second holding
-// x_n[32t + 16 + 4s + i], of the first x_n[32t + 4s + i].
+// x_n[32t + 16 + 4s + i], of the first x_n[32t + 4s + i]. The PTX ISA's K-major unswizzled
+// canonical layout, ((8,m),(T,2k)):((1T,SBO),(1,LBO)), puts the two core matrices along k LBO
+// apart and 8-row groups SBO apart: (128, 256) here; the others are checked as well, and A's
+// register order both ways, so that one run settles it.
 #include <cuda_fp8.h>
 
 #include <cmath>
@@ -46,6 +49,7 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // One warpgroup: out[row][col] for the 64 x 8 product of w (row-major 64 x 128) and B's columns
 // (x_hi, x_lo, six zero).
+template <int kAOrder>
 __global__ void layout_check_kernel(const uint8_t* w, const uint8_t* xhi, const uint8_t* xlo, float* out, uint32_t lbo,
                                     uint32_t sbo) {
   __shared__ __align__(128) uint8_t bt[4 * 256];
@@ -68,7 +72,11 @@ __global__ void layout_check_kernel(const uint8_t* w, const uint8_t* xhi, const 
   float d[4] = {0.f, 0.f, 0.f, 0.f};
   wgmma_fence();
 #pragma unroll
-  for (int s = 0; s < 4; ++s) wgmma_e4m3_m64n8k32(d, l0[s], l1[s], h0[s], h1[s], smem_desc(bt + s * 256, lbo, sbo));
+  for (int s = 0; s < 4; ++s) {
+    const uint64_t desc = smem_desc(bt + s * 256, lbo, sbo);
+    if constexpr (kAOrder == 0) wgmma_e4m3_m64n8k32(d, l0[s], l1[s], h0[s], h1[s], desc);
+    else wgmma_e4m3_m64n8k32(d, l0[s], h0[s], l1[s], h1[s], desc);
+  }
   wgmma_commit();
   wgmma_wait<0>();
   out[r0 * 8 + 2 * t] = d[0];
@@ -185,12 +193,15 @@ bool probe_wgmma_e4m3(std::vector<WgmmaLayoutCheck>* checks, WgmmaRates* rates, 
     cudaMemcpy(dh, xh.data(), kCols, cudaMemcpyHostToDevice);
     cudaMemcpy(dl, xl.data(), kCols, cudaMemcpyHostToDevice);
     const uint32_t strides[][2] = {{128, 256}, {256, 128}, {128, 128}, {256, 256}, {128, 1024}, {1024, 128}};
+    for (int order = 0; order < 2 && good; ++order)
     for (const auto& s : strides) {
       WgmmaLayoutCheck c;
       c.lbo = s[0];
       c.sbo = s[1];
+      c.a_order = order;
       cudaMemset(dout, 0, kRows * 8 * 4);
-      layout_check_kernel<<<1, 128>>>(dw, dh, dl, dout, c.lbo, c.sbo);
+      if (order == 0) layout_check_kernel<0><<<1, 128>>>(dw, dh, dl, dout, c.lbo, c.sbo);
+      else layout_check_kernel<1><<<1, 128>>>(dw, dh, dl, dout, c.lbo, c.sbo);
       const cudaError_t e = cudaDeviceSynchronize();
       if (e != cudaSuccess) {
         *error = cudaGetErrorString(e);

@@ -18,6 +18,9 @@ namespace rs::kern {
 
 struct WgmmaLayoutCheck {
   uint32_t lbo = 0, sbo = 0;  // descriptor strides tried (bytes)
+  // A's registers: 0 = {row g k 0-15, row g+8 k 0-15, row g k 16-31, row g+8 k 16-31} (mma.sync
+  // m16n8k32's order), 1 = {row g k 0-15, row g k 16-31, row g+8 k 0-15, row g+8 k 16-31}.
+  int a_order = 0;
   bool ok = false;            // launched and completed
   double max_err = 0, max_ref = 0;  // columns 0-1 against the host's products
   double max_other = 0;             // columns 2-7 (zero B columns: must be 0)

@@ -28,10 +28,10 @@ void run(const std::string& json_path) {
   std::printf("B descriptor strides (64 x 128 tile, columns 0-1 against the host's products):\n");
   for (const auto& c : checks) {
     const bool right = c.max_err <= 1e-6 * c.max_ref && c.max_other == 0;
-    std::printf("  lbo %5u  sbo %5u: max error %.3g of %.3g, zero columns max %.3g  %s\n", c.lbo, c.sbo, c.max_err,
-                c.max_ref, c.max_other, right ? "RIGHT" : "wrong");
-    js["layouts"].push_back({{"lbo", c.lbo}, {"sbo", c.sbo}, {"max_err", c.max_err}, {"max_ref", c.max_ref},
-                             {"max_other", c.max_other}, {"right", right}});
+    std::printf("  A order %d  lbo %5u  sbo %5u: max error %.3g of %.3g, zero columns max %.3g  %s\n", c.a_order, c.lbo,
+                c.sbo, c.max_err, c.max_ref, c.max_other, right ? "RIGHT" : "wrong");
+    js["layouts"].push_back({{"a_order", c.a_order}, {"lbo", c.lbo}, {"sbo", c.sbo}, {"max_err", c.max_err},
+                             {"max_ref", c.max_ref}, {"max_other", c.max_other}, {"right", right}});
   }
   if (!good) {
     std::printf("not measured: %s\n", err ? err : "?");
