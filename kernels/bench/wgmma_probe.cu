@@ -193,11 +193,12 @@ bool probe_wgmma_e4m3(std::vector<WgmmaLayoutCheck>* checks, WgmmaRates* rates, 
     cudaMemcpy(dh, xh.data(), kCols, cudaMemcpyHostToDevice);
     cudaMemcpy(dl, xl.data(), kCols, cudaMemcpyHostToDevice);
     const uint32_t strides[][2] = {{128, 256}, {256, 128}, {128, 128}, {256, 256}, {128, 1024}, {1024, 128}};
-    for (int order = 0; order < 2 && good; ++order)
-    for (const auto& s : strides) {
+    const int n_strides = static_cast<int>(sizeof(strides) / sizeof(strides[0]));
+    for (int v = 0; v < 2 * n_strides && good; ++v) {  // A's two register orders x the stride pairs
+      const int order = v / n_strides;
       WgmmaLayoutCheck c;
-      c.lbo = s[0];
-      c.sbo = s[1];
+      c.lbo = strides[v % n_strides][0];
+      c.sbo = strides[v % n_strides][1];
       c.a_order = order;
       cudaMemset(dout, 0, kRows * 8 * 4);
       if (order == 0) layout_check_kernel<0><<<1, 128>>>(dw, dh, dl, dout, c.lbo, c.sbo);
@@ -206,7 +207,7 @@ bool probe_wgmma_e4m3(std::vector<WgmmaLayoutCheck>* checks, WgmmaRates* rates, 
       if (e != cudaSuccess) {
         *error = cudaGetErrorString(e);
         good = false;
-        break;
+        continue;
       }
       std::vector<float> out(kRows * 8);
       cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost);
