@@ -10,18 +10,13 @@
 // canonical layout, ((8,m),(T,2k)):((1T,SBO),(1,LBO)), puts the two core matrices along k LBO
 // apart and 8-row groups SBO apart: (128, 256) here; the others are checked as well, and A's
 // register order both ways, so that one run settles it.
-#include <cuda_fp8.h>
-
-#include <cmath>
-#include <cstring>
-
 #include "kernels/bench/wgmma_probe.h"
 #include "kernels/common/bf16_fp8.cuh"
 
 namespace rs::kern {
 namespace {
 
-constexpr int kRows = 64, kCols = 128;
+constexpr int kRows = kWgmmaProbeRows, kCols = kWgmmaProbeCols;
 
 __device__ __forceinline__ uint64_t smem_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
   const uint64_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -132,18 +127,6 @@ __global__ void core_rate_kernel(float* sink, int iters) {
   sink[blockIdx.x * blockDim.x + threadIdx.x] = half2_sum(acc[0]) + half2_sum(acc[1]) + half2_sum(acc[2]) + half2_sum(acc[3]);
 }
 
-float e4m3_value(uint8_t v) {
-  __nv_fp8_e4m3 f;
-  std::memcpy(&f, &v, 1);
-  return static_cast<float>(f);
-}
-uint8_t e4m3_of(float f) {
-  const __nv_fp8_e4m3 v(f);
-  uint8_t b;
-  std::memcpy(&b, &v, 1);
-  return b;
-}
-
 template <typename F>
 bool timed(F launch, float* ms, const char** error) {
   cudaEvent_t a, b;
@@ -166,83 +149,67 @@ bool timed(F launch, float* ms, const char** error) {
 
 }  // namespace
 
-bool probe_wgmma_e4m3(std::vector<WgmmaLayoutCheck>* checks, WgmmaRates* rates, const char** error) {
-  std::vector<uint8_t> w(kRows * kCols), xh(kCols), xl(kCols);
-  uint32_t st = 12345;
-  auto uniform = [&](float scale) {
-    st = st * 1664525u + 1013904223u;
-    return (static_cast<float>(st >> 8) / 16777216.f * 2.f - 1.f) * scale;
-  };
-  for (auto& v : w) v = e4m3_of(uniform(4.f));
-  for (auto& v : xh) v = e4m3_of(uniform(200.f));
-  for (auto& v : xl) v = e4m3_of(uniform(20.f));
-  std::vector<double> ref(kRows * 2, 0.0);
-  for (int r = 0; r < kRows; ++r)
-    for (int k = 0; k < kCols; ++k) {
-      ref[r * 2] += double(e4m3_value(w[r * kCols + k])) * e4m3_value(xh[k]);
-      ref[r * 2 + 1] += double(e4m3_value(w[r * kCols + k])) * e4m3_value(xl[k]);
-    }
+bool wgmma_layout_outputs(const uint8_t* w, const uint8_t* xhi, const uint8_t* xlo,
+                          const std::vector<WgmmaLayout>& layouts, std::vector<std::vector<float>>* outs,
+                          const char** error) {
   uint8_t *dw = nullptr, *dh = nullptr, *dl = nullptr;
-  float *dout = nullptr, *sink = nullptr;
-  const int blocks = 132, threads = 256;
-  bool good = cudaMalloc(&dw, w.size()) == cudaSuccess && cudaMalloc(&dh, kCols) == cudaSuccess &&
-              cudaMalloc(&dl, kCols) == cudaSuccess && cudaMalloc(&dout, kRows * 8 * 4) == cudaSuccess &&
-              cudaMalloc(&sink, size_t(blocks) * threads * 4) == cudaSuccess;
+  float* dout = nullptr;
+  bool good = cudaMalloc(&dw, kRows * kCols) == cudaSuccess && cudaMalloc(&dh, kCols) == cudaSuccess &&
+              cudaMalloc(&dl, kCols) == cudaSuccess && cudaMalloc(&dout, kRows * 8 * 4) == cudaSuccess;
+  if (!good) *error = "cudaMalloc failed";
   if (good) {
-    cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(dh, xh.data(), kCols, cudaMemcpyHostToDevice);
-    cudaMemcpy(dl, xl.data(), kCols, cudaMemcpyHostToDevice);
-    const uint32_t strides[][2] = {{128, 256}, {256, 128}, {128, 128}, {256, 256}, {128, 1024}, {1024, 128}};
-    const int n_strides = static_cast<int>(sizeof(strides) / sizeof(strides[0]));
-    for (int v = 0; v < 2 * n_strides && good; ++v) {  // A's two register orders x the stride pairs
-      const int order = v / n_strides;
-      WgmmaLayoutCheck c;
-      c.lbo = strides[v % n_strides][0];
-      c.sbo = strides[v % n_strides][1];
-      c.a_order = order;
-      cudaMemset(dout, 0, kRows * 8 * 4);
-      if (order == 0) layout_check_kernel<0><<<1, 128>>>(dw, dh, dl, dout, c.lbo, c.sbo);
-      else layout_check_kernel<1><<<1, 128>>>(dw, dh, dl, dout, c.lbo, c.sbo);
-      const cudaError_t e = cudaDeviceSynchronize();
-      if (e != cudaSuccess) {
-        *error = cudaGetErrorString(e);
-        good = false;
-        continue;
-      }
-      std::vector<float> out(kRows * 8);
-      cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost);
-      c.ok = true;
-      for (int r = 0; r < kRows; ++r) {
-        for (int n = 0; n < 2; ++n) {
-          c.max_err = std::fmax(c.max_err, std::fabs(out[r * 8 + n] - ref[r * 2 + n]));
-          c.max_ref = std::fmax(c.max_ref, std::fabs(ref[r * 2 + n]));
-        }
-        for (int n = 2; n < 8; ++n) c.max_other = std::fmax(c.max_other, std::fabs(out[r * 8 + n]));
-      }
-      checks->push_back(c);
+    cudaMemcpy(dw, w, kRows * kCols, cudaMemcpyHostToDevice);
+    cudaMemcpy(dh, xhi, kCols, cudaMemcpyHostToDevice);
+    cudaMemcpy(dl, xlo, kCols, cudaMemcpyHostToDevice);
+  }
+  for (size_t i = 0; good && i < layouts.size(); ++i) {
+    const WgmmaLayout& l = layouts[i];
+    cudaMemset(dout, 0, kRows * 8 * 4);
+    if (l.a_order == 0) layout_check_kernel<0><<<1, 128>>>(dw, dh, dl, dout, l.lbo, l.sbo);
+    else layout_check_kernel<1><<<1, 128>>>(dw, dh, dl, dout, l.lbo, l.sbo);
+    const cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+      *error = cudaGetErrorString(e);
+      good = false;
+      break;
     }
-  } else {
-    *error = "cudaMalloc failed";
-  }
-  const int iters = 20000;
-  float ms = 0;
-  const double sms = blocks, per_block_wg = threads / 128.0, per_block_warps = threads / 32.0;
-  if (good && (good = timed([&] { wgmma_rate_kernel<<<blocks, threads>>>(sink, iters); }, &ms, error))) {
-    rates->wgmma_ns = ms * 1e6 / (iters * 4.0);
-    rates->wgmma_wpns = sms * per_block_wg * iters * 4.0 * 64 * 32 / (ms * 1e6) / sms;
-  }
-  if (good && (good = timed([&] { mma_rate_kernel<<<blocks, threads>>>(sink, iters); }, &ms, error))) {
-    rates->mma_ns = ms * 1e6 / (iters * 4.0);
-    rates->mma_wpns = sms * per_block_warps * iters * 4.0 * 16 * 32 / (ms * 1e6) / sms;
-  }
-  if (good && (good = timed([&] { core_rate_kernel<<<blocks, threads>>>(sink, iters); }, &ms, error))) {
-    rates->core_ns = ms * 1e6 / (iters * 4.0);
-    rates->core_wpns = sms * per_block_warps * iters * 4.0 * 32 * 16 / (ms * 1e6) / sms;
+    std::vector<float> out(kRows * 8);
+    cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost);
+    outs->push_back(std::move(out));
   }
   cudaFree(dw);
   cudaFree(dh);
   cudaFree(dl);
   cudaFree(dout);
+  return good;
+}
+
+bool wgmma_rates(WgmmaRates* rates, const char** error) {
+  const int blocks = 132, threads = 256, iters = 20000;
+  float* sink = nullptr;
+  if (cudaMalloc(&sink, size_t(blocks) * threads * 4) != cudaSuccess) {
+    *error = "cudaMalloc failed";
+    return false;
+  }
+  // Weights a nanosecond an SM: instructions issued by one warpgroup (warp) times its weights,
+  // times the warpgroups (warps) a block, over the kernel's time (one block an SM).
+  const double instr = iters * 4.0, wgs = threads / 128.0, warps = threads / 32.0;
+  float ms = 0;
+  bool good = timed([&] { wgmma_rate_kernel<<<blocks, threads>>>(sink, iters); }, &ms, error);
+  if (good) {
+    rates->wgmma_ns = ms * 1e6 / instr;
+    rates->wgmma_wpns = wgs * instr * 64 * 32 / (ms * 1e6);
+    good = timed([&] { mma_rate_kernel<<<blocks, threads>>>(sink, iters); }, &ms, error);
+  }
+  if (good) {
+    rates->mma_ns = ms * 1e6 / instr;
+    rates->mma_wpns = warps * instr * 16 * 32 / (ms * 1e6);
+    good = timed([&] { core_rate_kernel<<<blocks, threads>>>(sink, iters); }, &ms, error);
+  }
+  if (good) {
+    rates->core_ns = ms * 1e6 / instr;
+    rates->core_wpns = warps * instr * 32 * 16 / (ms * 1e6);
+  }
   cudaFree(sink);
   return good;
 }

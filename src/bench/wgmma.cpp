@@ -3,6 +3,8 @@
 // the FP8 dot instructions a batch-1 expert GEMV could use (kernels/bench/wgmma_probe.h says why).
 #include <CLI/CLI.hpp>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -13,26 +15,62 @@
 #include "bench/bench_commands.h"
 #include "bench/bench_device.h"
 #include "kernels/bench/wgmma_probe.h"
+#include "model/numerics.h"
 
 namespace rs::bench {
 namespace {
 
+constexpr int kRows = kern::kWgmmaProbeRows, kCols = kern::kWgmmaProbeCols;
+
 void run(const std::string& json_path) {
   const cudaDeviceProp prop = bench_device("bench wgmma");
   std::printf("device: %s, %d SMs (sm_%d%d)\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
-  std::vector<kern::WgmmaLayoutCheck> checks;
-  kern::WgmmaRates r;
+  // A 64 x 128 e4m3 tile and two e4m3 columns in the ranges the FP8 GEMV would see (x's hi part in
+  // [128, 256) a block, lo up to 16 times smaller), and their products in fp64.
+  std::vector<uint8_t> w(kRows * kCols), xh(kCols), xl(kCols);
+  uint32_t st = 12345;
+  auto uniform = [&](float scale) {
+    st = st * 1664525u + 1013904223u;
+    return (static_cast<float>(st >> 8) / 16777216.f * 2.f - 1.f) * scale;
+  };
+  for (auto& v : w) v = f32_to_e4m3(uniform(4.f));
+  for (auto& v : xh) v = f32_to_e4m3(uniform(200.f));
+  for (auto& v : xl) v = f32_to_e4m3(uniform(20.f));
+  std::vector<double> ref(kRows * 2, 0.0);
+  for (int r = 0; r < kRows; ++r)
+    for (int k = 0; k < kCols; ++k) {
+      ref[r * 2] += double(e4m3_to_f32(w[r * kCols + k])) * e4m3_to_f32(xh[k]);
+      ref[r * 2 + 1] += double(e4m3_to_f32(w[r * kCols + k])) * e4m3_to_f32(xl[k]);
+    }
+  // The PTX ISA's K-major unswizzled layout says (128, 256) and order 0; the rest are checks.
+  const uint32_t strides[][2] = {{128, 256}, {256, 128}, {128, 128}, {256, 256}, {128, 1024}, {1024, 128}};
+  std::vector<kern::WgmmaLayout> layouts;
+  for (int order = 0; order < 2; ++order)
+    for (const auto& s : strides) layouts.push_back({s[0], s[1], order});
+  std::vector<std::vector<float>> outs;
   const char* err = nullptr;
-  const bool good = kern::probe_wgmma_e4m3(&checks, &r, &err);
+  bool good = kern::wgmma_layout_outputs(w.data(), xh.data(), xl.data(), layouts, &outs, &err);
   nlohmann::json js = {{"layouts", nlohmann::json::array()}};
   std::printf("B descriptor strides (64 x 128 tile, columns 0-1 against the host's products):\n");
-  for (const auto& c : checks) {
-    const bool right = c.max_err <= 1e-6 * c.max_ref && c.max_other == 0;
-    std::printf("  A order %d  lbo %5u  sbo %5u: max error %.3g of %.3g, zero columns max %.3g  %s\n", c.a_order, c.lbo,
-                c.sbo, c.max_err, c.max_ref, c.max_other, right ? "RIGHT" : "wrong");
-    js["layouts"].push_back({{"a_order", c.a_order}, {"lbo", c.lbo}, {"sbo", c.sbo}, {"max_err", c.max_err},
-                             {"max_ref", c.max_ref}, {"max_other", c.max_other}, {"right", right}});
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const kern::WgmmaLayout& l = layouts[i];
+    const std::vector<float>& out = outs[i];
+    double max_err = 0, max_ref = 0, max_other = 0;  // max_other: the zero B columns 2-7, must be 0
+    for (int r = 0; r < kRows; ++r) {
+      for (int n = 0; n < 2; ++n) {
+        max_err = std::fmax(max_err, std::fabs(out[r * 8 + n] - ref[r * 2 + n]));
+        max_ref = std::fmax(max_ref, std::fabs(ref[r * 2 + n]));
+      }
+      for (int n = 2; n < 8; ++n) max_other = std::fmax(max_other, std::fabs(out[r * 8 + n]));
+    }
+    const bool right = max_err <= 1e-6 * max_ref && max_other == 0;
+    std::printf("  A order %d  lbo %5u  sbo %5u: max error %.3g of %.3g, zero columns max %.3g  %s\n", l.a_order,
+                l.lbo, l.sbo, max_err, max_ref, max_other, right ? "RIGHT" : "wrong");
+    js["layouts"].push_back({{"a_order", l.a_order}, {"lbo", l.lbo}, {"sbo", l.sbo}, {"max_err", max_err},
+                             {"max_ref", max_ref}, {"max_other", max_other}, {"right", right}});
   }
+  kern::WgmmaRates r;
+  if (good) good = kern::wgmma_rates(&r, &err);
   if (!good) {
     std::printf("not measured: %s\n", err ? err : "?");
     if (!json_path.empty()) std::ofstream(json_path) << js.dump(2) << "\n";

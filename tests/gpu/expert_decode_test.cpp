@@ -380,7 +380,8 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
     rs::kern::set_expert_stream(true);
     rs::kern::set_expert_ffn(ffn_mode);
     rs::kern::set_down_spec(spec_mode);
-    const auto st = relative_error(got[0], f.reference(1, xh, ids, w));
+    const auto ref = f.reference(1, xh, ids, w);
+    const auto st = relative_error(got[0], ref);
     INFO((type == WeightType::BF16 ? "bf16" : "fp8") << " hidden=" << sh.hidden << " inter=" << sh.inter
                                                      << " n_shared=" << sh.n_shared << " invalid=" << with_invalid
                                                      << " call " << c << " rel=" << st.rel);
@@ -393,7 +394,7 @@ void compare_stream_paths(WeightType type, Shape sh, uint64_t seed, bool with_in
     // FP8 rows of whole 64-column groups: the streamed gate_up sums each lane's four chunks in its
     // own order (xs_gate_up_rows), not the register kernel's; the register path is then held to
     // the reference alone.
-    const auto st4 = relative_error(got[4], f.reference(1, xh, ids, w));
+    const auto st4 = relative_error(got[4], ref);
     CHECK(st4.nan == 0);
     CHECK(st4.rel <= kTolerance);
     if (type == WeightType::BF16 || sh.hidden % 64 != 0) CHECK(got[1] == got[4]);
