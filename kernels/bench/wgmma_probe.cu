@@ -47,11 +47,13 @@ __device__ __forceinline__ void wgmma_wait() {
 template <int kAOrder>
 __global__ void layout_check_kernel(const uint8_t* w, const uint8_t* xhi, const uint8_t* xlo, float* out, uint32_t lbo,
                                     uint32_t sbo) {
-  __shared__ __align__(128) uint8_t bt[4 * 256];
-  for (int idx = threadIdx.x; idx < 4 * 256; idx += blockDim.x) {
+  // The tile's B is 1 KB (four k-steps of 256 bytes); zeros past it, so that a descriptor whose
+  // strides reach past a step (lbo up to 1024 from step 3 at 768) reads zeros, not past the array.
+  __shared__ __align__(128) uint8_t bt[2048];
+  for (int idx = threadIdx.x; idx < 2048; idx += blockDim.x) {
     const int s = idx / 256, h = idx / 128 % 2, n = idx / 16 % 8, b = idx % 16;
     const int k = 32 * (b / 4) + 16 * h + 4 * s + b % 4;
-    bt[idx] = n == 0 ? xhi[k] : n == 1 ? xlo[k] : 0;
+    bt[idx] = idx >= 1024 ? 0 : n == 0 ? xhi[k] : n == 1 ? xlo[k] : 0;
   }
   __syncthreads();
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy stores, read by wgmma
