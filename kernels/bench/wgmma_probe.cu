@@ -82,25 +82,34 @@ __global__ void layout_check_kernel(const uint8_t* w, const uint8_t* xhi, const 
   out[r1 * 8 + 2 * t + 1] = d[3];
 }
 
-// Rates: `iters` x 4 instructions on constant registers, two groups in flight (wgmma).
+// Rates: `iters` x 4 x kChains instructions on constant registers, two groups in flight. Each of
+// the kChains accumulator sets is a chain of dependent instructions; the chains are independent,
+// so 1 chain measures a dependent instruction's latency and 4 how fast independent ones issue.
+template <int kChains>
 __global__ void wgmma_rate_kernel(float* sink, int iters) {
   __shared__ __align__(128) uint8_t bt[1024];
   for (int i = threadIdx.x; i < 1024; i += blockDim.x) bt[i] = 0x30;
   __syncthreads();
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncthreads();
-  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  float d[kChains][4] = {};
   const uint32_t a = 0x30303030u + (threadIdx.x & 7);
   const uint8_t* b = bt + (threadIdx.x / 128 & 1) * 512;
   for (int it = 0; it < iters; ++it) {
-    wgmma_fence();  // d is the previous group's, still in flight (the same accumulator chain)
+    wgmma_fence();  // d is the previous group's, still in flight (the same accumulator chains)
 #pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_e4m3_m64n8k32(d, a, a + 1, a + 2, a + 3, smem_desc(b + (s & 1) * 256, 128, 256));
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int c = 0; c < kChains; ++c)
+        wgmma_e4m3_m64n8k32(d[c], a, a + 1, a + 2, a + 3, smem_desc(b + (s & 1) * 256, 128, 256));
     wgmma_commit();
     wgmma_wait<1>();
   }
   wgmma_wait<0>();
-  sink[blockIdx.x * blockDim.x + threadIdx.x] = d[0] + d[1] + d[2] + d[3];
+  float sum = 0.f;
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) sum += d[c][0] + d[c][1] + d[c][2] + d[c][3];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
 }
 __global__ void mma_rate_kernel(float* sink, int iters) {
   float c[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
@@ -197,10 +206,20 @@ bool wgmma_rates(WgmmaRates* rates, const char** error) {
   // times the warpgroups (warps) a block, over the kernel's time (one block an SM).
   const double instr = iters * 4.0, wgs = threads / 128.0, warps = threads / 32.0;
   float ms = 0;
-  bool good = timed([&] { wgmma_rate_kernel<<<blocks, threads>>>(sink, iters); }, &ms, error);
+  bool good = timed([&] { wgmma_rate_kernel<1><<<blocks, threads>>>(sink, iters); }, &ms, error);
   if (good) {
     rates->wgmma_ns = ms * 1e6 / instr;
     rates->wgmma_wpns = wgs * instr * 64 * 32 / (ms * 1e6);
+  }
+  // An SM's wgmma issue interval by chains and warpgroups (one block an SM of 128 x warpgroups).
+  for (int ci = 0; good && ci < 2; ++ci)
+    for (int wi = 0; good && wi < 3; ++wi) {
+      const int chains = ci ? 4 : 1, w = 1 << wi, it = iters / chains;
+      auto k = ci ? wgmma_rate_kernel<4> : wgmma_rate_kernel<1>;
+      good = timed([&] { k<<<blocks, 128 * w>>>(sink, it); }, &ms, error);
+      if (good) rates->wgmma_sm_ns[ci][wi] = ms * 1e6 / (double(it) * 4 * chains * w);
+    }
+  if (good) {
     good = timed([&] { mma_rate_kernel<<<blocks, threads>>>(sink, iters); }, &ms, error);
   }
   if (good) {

@@ -35,6 +35,9 @@ bool wgmma_layout_outputs(const uint8_t* w, const uint8_t* xhi, const uint8_t* x
 struct WgmmaRates {
   double wgmma_ns = 0, mma_ns = 0, core_ns = 0;  // one instruction (a dot16 call) of one warpgroup / warp
   double wgmma_wpns = 0, mma_wpns = 0, core_wpns = 0;  // e4m3 weights a nanosecond an SM
+  // ns between an SM's wgmma m64n8k32 (kernel time / instructions an SM) with [1 or 4 independent
+  // accumulator chains a warpgroup][1, 2 or 4 warpgroups an SM].
+  double wgmma_sm_ns[2][3] = {};
 };
 // False (nothing measured) on a CUDA error (*error says which).
 bool wgmma_rates(WgmmaRates* rates, const char** error);

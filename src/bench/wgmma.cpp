@@ -86,8 +86,15 @@ void run(const std::string& json_path) {
   std::printf("  mma.sync m16n8k32 e4m3            %7.2f ns an instruction a warp        %8.1f\n", r.mma_ns, r.mma_wpns);
   std::printf("  CUDA-core dot16_e4m3_f16          %7.2f ns a 16-weight chunk a warp      %8.1f\n", r.core_ns, r.core_wpns);
   std::printf("  (the HBM stream at 4.26 TB/s brings 32 e4m3 weights/ns an SM of 132)\n");
+  std::printf("wgmma m64n8k32 e4m3: ns between an SM's instructions (1: each warpgroup's a dependent chain; 4: four\n"
+              "independent accumulator chains a warpgroup), by warpgroups an SM:\n");
+  std::printf("  %-8s %8s %8s %8s\n", "chains", "1 wg", "2 wg", "4 wg");
+  for (int c = 0; c < 2; ++c)
+    std::printf("  %-8d %8.2f %8.2f %8.2f\n", c ? 4 : 1, r.wgmma_sm_ns[c][0], r.wgmma_sm_ns[c][1], r.wgmma_sm_ns[c][2]);
   js["rates"] = {{"wgmma_ns", r.wgmma_ns}, {"mma_ns", r.mma_ns}, {"core_ns", r.core_ns}, {"wgmma_weights_per_ns_sm", r.wgmma_wpns},
-                 {"mma_weights_per_ns_sm", r.mma_wpns}, {"core_weights_per_ns_sm", r.core_wpns}};
+                 {"mma_weights_per_ns_sm", r.mma_wpns}, {"core_weights_per_ns_sm", r.core_wpns},
+                 {"wgmma_sm_ns_1chain_1_2_4wg", {r.wgmma_sm_ns[0][0], r.wgmma_sm_ns[0][1], r.wgmma_sm_ns[0][2]}},
+                 {"wgmma_sm_ns_4chains_1_2_4wg", {r.wgmma_sm_ns[1][0], r.wgmma_sm_ns[1][1], r.wgmma_sm_ns[1][2]}}};
   if (!json_path.empty()) std::ofstream(json_path) << js.dump(2) << "\n";
 }
 
