@@ -114,30 +114,6 @@ __device__ __forceinline__ void xs_down_rows(const ExpertGemvParams& p, const ui
 // runs inside the launch (expert_stream_route.cuh) from rt, x being its norm's output; otherwise
 // p.x and the routing are the previous kernels'. sync: kXsSyncWords zeroed counters (see the top
 // of the file), words 2-3 the router's.
-// Producer warp of the gate_up launch (ExpertStreamGeom::down_l2): this block's 1/grid share of
-// the hidden rows of every active slot's down matrix towards L2, one bulk prefetch a lane (a
-// routed expert's rows are contiguous; the shared experts' down is one matrix whose rows hold
-// every shared slot's columns, prefetched once). The register down that follows then copies its
-// rows from L2: its blocks start only as this launch's leave their SMs.
-__device__ __forceinline__ void xs_down_to_l2(const ExpertGemvParams& p, const SmallRouting& sr, int lane) {
-  const int hidden = p.experts.hidden, ns = p.experts.n_shared;
-  const int64_t lo = static_cast<int64_t>(blockIdx.x) * hidden / gridDim.x;
-  const int64_t hi = static_cast<int64_t>(blockIdx.x + 1) * hidden / gridDim.x;
-  if (hi <= lo) return;
-  const rs::cuda::DeviceMatrix* m = nullptr;
-  rs::cuda::DeviceMatrix routed;
-  if (lane == 0 && ns > 0) m = &p.experts.shared_down;
-  else if (lane >= 1 && lane <= sr.n_active) {
-    routed = expert_matrix(p.experts, sr.expert[lane - 1], kPartDown);
-    m = &routed;
-  }
-  if (!m || !m->data) return;
-  const int64_t esize = m->type == rs::cuda::WeightType::FP8_E4M3_BLOCK ? 1 : 2;
-  const uint8_t* src = static_cast<const uint8_t*>(m->data) + lo * m->cols * esize;
-  const uint32_t bytes = static_cast<uint32_t>((hi - lo) * m->cols * esize) & ~15u;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
 template <bool kFp8, int S, bool kDown, bool kRoute>
 __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, const ExpertStreamGeom& g, uint8_t* smem,
                                                  unsigned* sync, const ExpertRouteParams& rt) {
@@ -228,13 +204,11 @@ __device__ __forceinline__ void expert_stream_op(const ExpertGemvParams& p, cons
   pdl_probe_mark(kProbeInputReady);
 
   if (producer) {
-    if constexpr (!kDown) if (g.down_l2 == 2) xs_down_to_l2(p, sr, lane);
     for (uint32_t i = issued; i < n_stages; ++i) {
       ring.acquire(i, g.inflight_stages);  // expert_stream_geom.h says why the FFN bounds it
       if (lane == 0) issue(i, true);
       __syncwarp();
     }
-    if constexpr (!kDown) if (g.down_l2 == 1) xs_down_to_l2(p, sr, lane);
     return;
   }
   int k0 = 0;  // rows of the earlier stages: row q of this stage is the block's row k0 + q

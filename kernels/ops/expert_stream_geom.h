@@ -29,10 +29,6 @@ struct ExpertStreamGeom {
   // step, its advance 37.5 against 38.1 us a layer; 1 starved the ring, 2.17-2.19 ms; the FP8
   // gate_up launch level with 2, so 0 there); RS_XS_INFLIGHT overrides.
   int inflight_stages = 0;
-  // The gate_up launch (no down in it) sends its 1/grid share of every active slot's down rows
-  // towards L2 by bulk prefetches, so the register down that follows finds them there: 0 off,
-  // 1 once the producer has issued its last ring stage, 2 as soon as the routing is known.
-  int down_l2 = 0;
   // The last late_blocks blocks of the grid take late_quarters / 4 of a block's gate_up rows
   // (xs_rows); see kXsLateBlocks.
   int late_blocks = 0, late_quarters = 4;

@@ -184,9 +184,6 @@ constexpr uint32_t kXsSmemBudget = 216 * 1024;  // + the kernel's static shared 
 constexpr uint32_t kXsPrewaitBytes = 96 * 1024;
 const int g_route_overlap = env_int("RS_XS_ROUTE_OVERLAP", 1, 0, 1);
 const int g_inflight = env_int("RS_XS_INFLIGHT", -1, -1, kXsStages - 1);  // -1: the default below
-// One FP8 token's streamed gate_up sends its share of the layer's down rows towards L2 (ExpertStreamGeom::down_l2):
-// 0 off, 1 once its producer has issued its last stage, 2 as soon as the routing is known.
-const int g_xs_down_l2 = env_int("RS_XS_DOWN_L2", 0, 0, 2);
 
 uint32_t align128(uint32_t b) { return (b + 127u) & ~127u; }
 
@@ -220,7 +217,6 @@ bool expert_stream_geometry(const rs::cuda::MoeExperts& experts, int m, int top_
   g.down_rows_per_stage = ffn ? static_cast<int>(g.stage_bytes / (inter * esize)) : 0;
   g.route_overlap = g_route_overlap;
   g.inflight_stages = g_inflight >= 0 ? g_inflight : (ffn ? 2 : 0);
-  g.down_l2 = ffn ? 0 : g_xs_down_l2;
   if (ffn && g.down_rows_per_stage < 1) return false;
   return true;
 }
