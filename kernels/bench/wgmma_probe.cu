@@ -206,11 +206,7 @@ bool wgmma_rates(WgmmaRates* rates, const char** error) {
   // times the warpgroups (warps) a block, over the kernel's time (one block an SM).
   const double instr = iters * 4.0, wgs = threads / 128.0, warps = threads / 32.0;
   float ms = 0;
-  bool good = timed([&] { wgmma_rate_kernel<1><<<blocks, threads>>>(sink, iters); }, &ms, error);
-  if (good) {
-    rates->wgmma_ns = ms * 1e6 / instr;
-    rates->wgmma_wpns = wgs * instr * 64 * 32 / (ms * 1e6);
-  }
+  bool good = true;
   // An SM's wgmma issue interval by chains and warpgroups (one block an SM of 128 x warpgroups).
   for (int ci = 0; good && ci < 2; ++ci)
     for (int wi = 0; good && wi < 3; ++wi) {
@@ -220,6 +216,11 @@ bool wgmma_rates(WgmmaRates* rates, const char** error) {
       if (good) rates->wgmma_sm_ns[ci][wi] = ms * 1e6 / (double(it) * 4 * chains * w);
     }
   if (good) {
+    // One dependent chain on each of a block's warpgroups (threads / 128 = 2): per warpgroup, an
+    // instruction every wgs SM intervals; each brings 64 x 32 weights.
+    const double sm_ns = rates->wgmma_sm_ns[0][1];
+    rates->wgmma_ns = wgs * sm_ns;
+    rates->wgmma_wpns = 64 * 32 / sm_ns;
     good = timed([&] { mma_rate_kernel<<<blocks, threads>>>(sink, iters); }, &ms, error);
   }
   if (good) {

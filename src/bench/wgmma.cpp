@@ -15,6 +15,7 @@
 #include "bench/bench_commands.h"
 #include "bench/bench_device.h"
 #include "kernels/bench/wgmma_probe.h"
+#include "kernels/common/dummy_init.h"
 #include "model/numerics.h"
 
 namespace rs::bench {
@@ -27,15 +28,14 @@ void run(const std::string& json_path) {
   std::printf("device: %s, %d SMs (sm_%d%d)\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
   // A 64 x 128 e4m3 tile and two e4m3 columns in the ranges the FP8 GEMV would see (x's hi part in
   // [128, 256) a block, lo up to 16 times smaller), and their products in fp64.
+  // (dummy_init.h's deterministic uniform values, one stream per array.)
   std::vector<uint8_t> w(kRows * kCols), xh(kCols), xl(kCols);
-  uint32_t st = 12345;
-  auto uniform = [&](float scale) {
-    st = st * 1664525u + 1013904223u;
-    return (static_cast<float>(st >> 8) / 16777216.f * 2.f - 1.f) * scale;
+  auto fill = [](std::vector<uint8_t>& v, uint64_t stream, float scale) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = f32_to_e4m3(dummy::uniform_pm1(12345, stream, i) * scale);
   };
-  for (auto& v : w) v = f32_to_e4m3(uniform(4.f));
-  for (auto& v : xh) v = f32_to_e4m3(uniform(200.f));
-  for (auto& v : xl) v = f32_to_e4m3(uniform(20.f));
+  fill(w, 1, 4.f);
+  fill(xh, 2, 200.f);
+  fill(xl, 3, 20.f);
   // ref: the exact sums; mag: the sums of the products' magnitudes, the scale of the tensor core's
   // rounding (it adds the products with fewer bits than fp32: ~2^-13 of the largest, H200).
   std::vector<double> ref(kRows * 2, 0.0), mag(kRows * 2, 0.0);
