@@ -196,15 +196,18 @@ bool wgmma_layout_outputs(const uint8_t* w, const uint8_t* xhi, const uint8_t* x
 }
 
 bool wgmma_rates(WgmmaRates* rates, const char** error) {
-  const int blocks = 132, threads = 256, iters = 20000;
+  constexpr int blocks = 132, threads = 256, iters = 20000;
   float* sink = nullptr;
   if (cudaMalloc(&sink, size_t(blocks) * threads * 4) != cudaSuccess) {
     *error = "cudaMalloc failed";
     return false;
   }
-  // Weights a nanosecond an SM: instructions issued by one warpgroup (warp) times its weights,
-  // times the warpgroups (warps) a block, over the kernel's time (one block an SM).
-  const double instr = iters * 4.0, wgs = threads / 128.0, warps = threads / 32.0;
+  // mma.sync and the CUDA-core dot, weights a nanosecond an SM: instructions issued by one warp
+  // times its weights, times the warps a block, over the kernel's time (one block an SM).
+  const double instr = iters * 4.0, warps = threads / 32.0;
+  // wgmma: from the grid below, its cell of one chain on this block's warpgroups.
+  constexpr int wgs = threads / 128, wg_cell = wgs == 1 ? 0 : wgs == 2 ? 1 : 2;
+  static_assert(wgs == 1 || wgs == 2 || wgs == 4, "the grid measures 1, 2 or 4 warpgroups");
   float ms = 0;
   bool good = true;
   // An SM's wgmma issue interval by chains and warpgroups (one block an SM of 128 x warpgroups).
@@ -216,9 +219,9 @@ bool wgmma_rates(WgmmaRates* rates, const char** error) {
       if (good) rates->wgmma_sm_ns[ci][wi] = ms * 1e6 / (double(it) * 4 * chains * w);
     }
   if (good) {
-    // One dependent chain on each of a block's warpgroups (threads / 128 = 2): per warpgroup, an
-    // instruction every wgs SM intervals; each brings 64 x 32 weights.
-    const double sm_ns = rates->wgmma_sm_ns[0][1];
+    // One dependent chain on each of a block's warpgroups: per warpgroup, an instruction every
+    // wgs SM intervals; each brings 64 x 32 weights.
+    const double sm_ns = rates->wgmma_sm_ns[0][wg_cell];
     rates->wgmma_ns = wgs * sm_ns;
     rates->wgmma_wpns = 64 * 32 / sm_ns;
     good = timed([&] { mma_rate_kernel<<<blocks, threads>>>(sink, iters); }, &ms, error);
