@@ -384,7 +384,16 @@ struct Fp8DownSpecSmem {
   }
 };
 
-constexpr int kDownSpecMaxRounds = 4;  // row-group rounds a block copies before its wait, at most
+constexpr int kDownSpecMaxRounds = 4;  // row-group rounds a block copies into shared memory, at most
+// Of those, the rounds copied before the wait; the rest are issued once the warp's h is staged.
+// Why: this launch's blocks become resident only ~2 us before their wait, so copies issued at
+// entry are still in flight when h is loaded, and h's loads queue behind them. With every round
+// before the wait (V2-Lite: 2, the block's whole share) h was staged ~2.8 us after the wait; with
+// one, the down's advance fell 12.03 -> 10.75 us a layer (H200, V2-Lite FP8 b1: 1.481-1.483 ms a
+// step against 1.502-1.503, and 1.478-1.479 against 1.498-1.501 in a second call; none before the
+// wait: 1.532-1.536; the held-back rounds also sent towards L2 at entry: 1.508-1.510).
+// RS_DOWN_SPEC_PREWAIT overrides.
+constexpr int kDownSpecPrewaitRounds = 1;
 
 // FP8 down for one token with f16 h (the kF16 case of fused_down_op; compact routing, top_k <= 32,
 // a row in one weight batch: inter <= 32 U * 16), its weights copied into
@@ -396,9 +405,10 @@ constexpr int kDownSpecMaxRounds = 4;  // row-group rounds a block copies before
 // routing before the wait (the router ran two launches earlier: all but always complete by
 // then; with the router inside the gate_up launch, RS_ROUTE_IN_EXPERTS=1, a gate_up block leaves
 // its SM only after the routing is out, which holds as well) and copies its first slot's rows of
-// the first `rounds` row groups, with their block
-// scales, into shared memory; at V2-Lite's shape that is the whole launch's weights (23 MB over
-// 264 blocks, 113 KB a block), in flight while the gate_up drains. The rows go by bulk copies
+// the first `rounds` row groups, with their block scales, into shared memory; at V2-Lite's shape
+// that is the whole launch's weights (23 MB over 264 blocks, 113 KB a block). The first
+// prewait_rounds of them go before the wait, in flight while the gate_up drains; the rest once h
+// is staged (kDownSpecPrewaitRounds says why). The rows go by bulk copies
 // (one instruction a row, completing on an mbarrier): per-thread cp.async of the same rows gained
 // about half as much (H200 V2-Lite FP8 step -1.2% against -2.1%, each against fused_down_op).
 // After the wait it reads the routing again, with its h, in one trip, and uses a copy only where
@@ -409,7 +419,8 @@ constexpr int kDownSpecMaxRounds = 4;  // row-group rounds a block copies before
 // shared slots, so every copied row group takes the reload path.
 template <int U, int DR>
 __device__ __forceinline__ void fp8_down_one_token_spec_op(const ExpertGemvParams& p, float* red, WorkGrid wg,
-                                                           uint8_t* smem, int rounds, bool miss_guess = false) {
+                                                           uint8_t* smem, int rounds, bool miss_guess = false,
+                                                           int prewait_rounds = kDownSpecPrewaitRounds) {
   __shared__ uint64_t bars[kGemvWarps][kDownSpecMaxRounds];  // warp's round q landed
   constexpr int E = chunk_elems<true>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
@@ -439,15 +450,18 @@ __device__ __forceinline__ void fp8_down_one_token_spec_op(const ExpertGemvParam
   if (scale_cols > lay.scale_floats) spec = -1;  // blocks narrower than 128 columns: no copies
   uint32_t copied = 0;  // bit q: round q's rows are in shared memory
   if (spec >= 0) {
-    const rs::cuda::DeviceMatrix& d = dspec;
     if (lane == 0) {
       for (int q = 0; q < rounds; ++q) mbar_init(&bars[warp][q], 1u);
       mbar_fence_init();
     }
     __syncwarp();
-    const uint64_t policy = l2_evict_first();
-    const uint32_t row_bytes = static_cast<uint32_t>(nchunks) * 16u;
-    for (int q = 0; q < rounds; ++q) {
+  }
+  const uint64_t policy = l2_evict_first();
+  const uint32_t row_bytes = static_cast<uint32_t>(nchunks) * 16u;
+  auto copy_rounds = [&](int q0, int q1) {
+    if (spec < 0) return;
+    const rs::cuda::DeviceMatrix& d = dspec;
+    for (int q = q0; q < q1; ++q) {
       const int64_t rg = wg.index + int64_t(q) * wg.count;
       uint4* dst = wsm + (int64_t(q) * kGemvWarps + warp) * lay.chunk_words;
       const int64_t last = min(rg * DR + DR, d.rows) - 1;
@@ -465,8 +479,10 @@ __device__ __forceinline__ void fp8_down_one_token_spec_op(const ExpertGemvParam
       for (int c = lane; c < scale_cols; c += 32)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(rs::ptx::smem_addr(sdst + c)), "l"(scale_row + c));
     }
-    rs::ptx::cp_async_commit();  // every round's scales: a few hundred bytes, waited for at the first use
-  }
+    rs::ptx::cp_async_commit();  // these rounds' scales: a few hundred bytes, waited for at the first use
+  };
+  const int pre = min(rounds, prewait_rounds);
+  copy_rounds(0, pre);
   pdl_wait();  // routing from the router, h from the gate_up kernel
   pdl_probe_mark(kProbeStep1);
   int id = lane < k ? __ldcg(p.topk_ids + lane) : -1;
@@ -478,6 +494,8 @@ __device__ __forceinline__ void fp8_down_one_token_spec_op(const ExpertGemvParam
   float lead_w;
   const int slots = ns + __popc(one_token_leads(id, wt, k, nE, a, lead_w));
   __syncwarp();  // the staging
+  // The rounds held back until h is staged: h's loads then queue behind fewer of the SM's copies.
+  copy_rounds(pre, rounds);
   pdl_probe_mark(kProbeInputReady);
   for (int64_t rg = wg.index, q = 0; rg < groups; rg += wg.count, ++q) {  // uniform over the block
     float acc[DR][1];

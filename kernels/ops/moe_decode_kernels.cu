@@ -51,10 +51,10 @@ __global__ void __launch_bounds__(kGemvThreads, small_min_blocks<MT>()) expert_d
 
 template <int U, int DR>
 __global__ void __launch_bounds__(kGemvThreads, 2) expert_decode_down_spec_kernel(ExpertGemvParams p, int rounds,
-                                                                                  bool miss_guess) {
+                                                                                  bool miss_guess, int prewait_rounds) {
   __shared__ float red[kGemvWarps * DR];
   extern __shared__ __align__(16) uint8_t spec_smem[];
-  fp8_down_one_token_spec_op<U, DR>(p, red, launch_work_grid(), spec_smem, rounds, miss_guess);
+  fp8_down_one_token_spec_op<U, DR>(p, red, launch_work_grid(), spec_smem, rounds, miss_guess, prewait_rounds);
   pdl_probe_mark(kProbeEnd);
 }
 
@@ -149,7 +149,8 @@ void small_mt_rows(const ExpertGemvParams& p, int sm_count, cudaStream_t s, unsi
       if (fits(rounds)) {
         const size_t smem_spec = static_cast<size_t>(lay.bytes(rounds, kGemvWarps));
         apply_carveout(spec, "experts");
-        launch_pdl(spec, dim3(grid), dim3(kGemvThreads), smem_spec, s, p, rounds, g_down_spec == 2);
+        static const int prewait = env_int("RS_DOWN_SPEC_PREWAIT", kDownSpecPrewaitRounds, 0, kDownSpecMaxRounds);
+        launch_pdl(spec, dim3(grid), dim3(kGemvThreads), smem_spec, s, p, rounds, g_down_spec == 2, prewait);
         ++g_down_spec_launches;
         which &= ~2u;
       }
